@@ -1,0 +1,413 @@
+/* ----------------------------------------------------------------------
+   LAMMPS - Large-scale Atomic/Molecular Massively Parallel Simulator
+   https://www.lammps.org/, Sandia National Laboratories
+   LAMMPS development team: developers@lammps.org
+
+   ML-TORCH package: TorchScript machine-learned potentials.
+   Distributed under the GNU General Public License, version 2.
+------------------------------------------------------------------------- */
+
+#include "pair_torch.h"
+
+#include "atom.h"
+#include "comm.h"
+#include "error.h"
+#include "force.h"
+#include "lmp_compat.h"
+#include "memory.h"
+#include "neigh_list.h"
+#include "neighbor.h"
+#include "update.h"
+
+#include "model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+
+using namespace LAMMPS_NS;
+
+static constexpr bigint BCAST_CHUNK = 1 << 30;
+
+// space-separated list for messages (utils::join is not in every supported LAMMPS)
+template <typename T> static std::string join_words(const std::vector<T> &items)
+{
+  std::string out;
+  for (const auto &item : items) out += (out.empty() ? "" : " ") + fmt::format("{}", item);
+  return out;
+}
+
+/* ---------------------------------------------------------------------- */
+
+PairTorch::PairTorch(LAMMPS *lmp) :
+    Pair(lmp), device_name("cpu"), nthreads(0), cutoff(0.0), cutghost_model(0.0), nlayers(1),
+    output(std::make_unique<MLTorch::GraphOutput>()), ncounted(0)
+{
+  single_enable = 0;
+  restartinfo = 0;
+  one_coeff = 1;
+  manybody_flag = 1;
+  no_virial_fdotr_compute = 1;
+  centroidstressflag = CENTROID_SAME;
+}
+
+/* ---------------------------------------------------------------------- */
+
+PairTorch::~PairTorch()
+{
+  if (allocated) {
+    memory->destroy(setflag);
+    memory->destroy(cutsq);
+    memory->destroy(cutghost);
+  }
+}
+
+/* ---------------------------------------------------------------------- */
+
+void PairTorch::allocate()
+{
+  allocated = 1;
+  const int n = atom->ntypes + 1;
+  memory->create(setflag, n, n, "pair:setflag");
+  memory->create(cutsq, n, n, "pair:cutsq");
+  memory->create(cutghost, n, n, "pair:cutghost");
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < n; j++) setflag[i][j] = 0;
+  type2species.assign(n, -1);
+}
+
+/* ----------------------------------------------------------------------
+   pair_style torch [threads N] [device name]
+------------------------------------------------------------------------- */
+
+void PairTorch::settings(int narg, char **arg)
+{
+  int iarg = 0;
+  while (iarg < narg) {
+    if (strcmp(arg[iarg], "threads") == 0) {
+      if (iarg + 2 > narg) utils::missing_cmd_args(FLERR, "pair_style torch threads", error);
+      nthreads = utils::inumeric(FLERR, arg[iarg + 1], false, lmp);
+      if (nthreads < 1)
+        error->all(FLERR, "Illegal pair_style torch threads value {}: must be >= 1", nthreads);
+      iarg += 2;
+    } else if (strcmp(arg[iarg], "device") == 0) {
+      if (iarg + 2 > narg) utils::missing_cmd_args(FLERR, "pair_style torch device", error);
+      device_name = arg[iarg + 1];
+      iarg += 2;
+    } else {
+      error->all(FLERR, "Unknown pair_style torch keyword: {} (expected threads or device)",
+                 arg[iarg]);
+    }
+  }
+}
+
+/* ----------------------------------------------------------------------
+   stop all ranks with the message of the lowest failing rank
+------------------------------------------------------------------------- */
+
+void PairTorch::collective_check(bool ok, const std::string &message)
+{
+  int first_bad = ok ? comm->nprocs : comm->me;
+  int bad_rank;
+  MPI_Allreduce(&first_bad, &bad_rank, 1, MPI_INT, MPI_MIN, world);
+  if (bad_rank == comm->nprocs) return;
+  int len = (comm->me == bad_rank) ? static_cast<int>(message.size()) : 0;
+  MPI_Bcast(&len, 1, MPI_INT, bad_rank, world);
+  std::string text(len, ' ');
+  if (comm->me == bad_rank) text = message;
+  MPI_Bcast(text.data(), len, MPI_CHAR, bad_rank, world);
+  if (comm->nprocs > 1 && bad_rank > 0) text += fmt::format(" (on MPI rank {})", bad_rank);
+  error->all(FLERR, text);
+}
+
+/* ----------------------------------------------------------------------
+   pair_coeff * * model.pt El1 El2 ... ElN   (NULL for uncovered types)
+------------------------------------------------------------------------- */
+
+void PairTorch::coeff(int narg, char **arg)
+{
+  if (!allocated) allocate();
+  const int ntypes = atom->ntypes;
+  if (narg < 3) utils::missing_cmd_args(FLERR, "pair_coeff torch", error);
+  if (strcmp(arg[0], "*") != 0 || strcmp(arg[1], "*") != 0)
+    error->all(FLERR, "Pair style torch requires 'pair_coeff * * model.pt El1 ... El{}'", ntypes);
+  if (narg != 3 + ntypes)
+    error->all(FLERR,
+               "Pair style torch: pair_coeff needs one element name (or NULL) per atom type: "
+               "got {} name(s) for {} atom type(s)",
+               narg - 3, ntypes);
+
+  // rank 0 finds the file (like other potential files, also through the
+  // LAMMPS_POTENTIALS folder), reads it once and broadcasts its bytes: no
+  // file-system storm when thousands of ranks start
+  std::string bytes, message;
+  bool ok = true;
+  model_file = arg[2];
+  if (comm->me == 0) {
+    const std::string found = utils::get_potential_file_path(model_file);
+    if (!found.empty()) model_file = found;
+    try {
+      bytes = MLTorch::read_file(model_file);
+    } catch (std::exception &e) {
+      ok = false;
+      message = e.what();
+    }
+  }
+  collective_check(ok, message);
+  int len = static_cast<int>(model_file.size());
+  MPI_Bcast(&len, 1, MPI_INT, 0, world);
+  model_file.resize(len);
+  MPI_Bcast(model_file.data(), len, MPI_CHAR, 0, world);
+  bigint nbytes = static_cast<bigint>(bytes.size());
+  MPI_Bcast(&nbytes, 1, MPI_LMP_BIGINT, 0, world);
+  bytes.resize(nbytes);
+  for (bigint off = 0; off < nbytes; off += BCAST_CHUNK) {
+    const int len = static_cast<int>(MIN(BCAST_CHUNK, nbytes - off));
+    MPI_Bcast(bytes.data() + off, len, MPI_CHAR, 0, world);
+  }
+
+  std::unique_ptr<MLTorch::Model> loaded;
+  try {
+    loaded = std::make_unique<MLTorch::Model>(bytes, model_file, device_name);
+  } catch (std::exception &e) {
+    ok = false;
+    message = e.what();
+  }
+  collective_check(ok, message);
+  model_ = std::move(loaded);
+  const auto &meta = model_->metadata();
+
+  // element names -> model species
+  for (int i = 3; i < narg; i++) {
+    if (strcmp(arg[i], "NULL") == 0) continue;
+    if (meta.species_of(arg[i]) < 0)
+      error->all(FLERR, "Element {} is not in model file {} (it has: {})", arg[i], model_file,
+                 join_words(meta.elements));
+  }
+  map_element2type(narg - 3, arg + 3);
+  for (int t = 1; t <= ntypes; t++)
+    type2species[t] = (map[t] >= 0) ? meta.species_of(elements[map[t]]) : -1;
+
+  cutoff = meta.cutoff;
+  nlayers = meta.num_interaction_layers;
+  ghostneigh = (nlayers > 1) ? 1 : 0;
+
+  if (comm->me == 0)
+    utils::logmesg(lmp,
+                   "pair_style torch: loaded {} ({}, {} model, format {}, elements {}, cutoff {}, "
+                   "{} interaction layer(s), units {}, device {}, hash {})\n",
+                   model_file, meta.model_type.empty() ? "model" : meta.model_type, meta.dtype,
+                   meta.format_version, join_words(meta.elements), meta.cutoff, nlayers,
+                   meta.units, model_->device(), MLTorch::content_hash(bytes));
+}
+
+/* ---------------------------------------------------------------------- */
+
+void PairTorch::init_style()
+{
+  if (!model_) error->all(FLERR, "Pair style torch: pair_coeff * * model.pt ... must come first");
+  if (force->newton_pair == 0)
+    error->all(FLERR, "Pair style torch requires newton pair on (use 'newton on')");
+  if (atom->tag_enable == 0) error->all(FLERR, "Pair style torch requires atom IDs");
+
+  const auto &meta = model_->metadata();
+  if (meta.units != update->unit_style)
+    error->all(FLERR,
+               "Pair style torch: model {} uses '{}' units but this run uses 'units {}'; "
+               "use 'units {}' or a model exported for {} units",
+               model_file, meta.units, update->unit_style, meta.units, update->unit_style);
+
+  MLTorchCompat::request_full_list(neighbor, this, nlayers > 1);
+
+  // a model with L message-passing layers sees atoms L cutoffs away:
+  // make LAMMPS keep ghost atoms out to L*rc (+ skin for atom motion)
+  if (nlayers > 1) {
+    cutghost_model = nlayers * cutoff + neighbor->skin;
+    if (comm->cutghostuser < cutghost_model) {
+      comm->cutghostuser = cutghost_model;
+      if (comm->me == 0)
+        utils::logmesg(lmp,
+                       "pair_style torch: model has {} message-passing layers; ghost cutoff set "
+                       "to {} = {} x {} (cutoff) + {} (skin)\n",
+                       nlayers, cutghost_model, nlayers, cutoff, neighbor->skin);
+    }
+  }
+
+  // torch threads: keyword, else LAMMPS's OpenMP setting, else OMP_NUM_THREADS, else 1
+  int nt = nthreads;
+  if (nt < 1 && comm->nthreads > 1) nt = comm->nthreads;
+  if (nt < 1) {
+    const char *env = getenv("OMP_NUM_THREADS");
+    if (env) nt = std::atoi(env);
+  }
+  if (nt < 1) nt = 1;
+  MLTorch::set_num_threads(nt);
+  if (comm->me == 0)
+    utils::logmesg(lmp, "pair_style torch: {} LibTorch thread(s) per MPI rank\n", nt);
+}
+
+/* ---------------------------------------------------------------------- */
+
+double PairTorch::init_one(int i, int j)
+{
+  if (setflag[i][j] == 0) error->all(FLERR, "All pair coeffs are not set");
+  cutghost[i][j] = cutghost[j][i] = cutoff;
+  return cutoff;
+}
+
+/* ----------------------------------------------------------------------
+   graph from the neighbor list: nodes [0, ncounted) are the local atoms of
+   this style (their energies count), then ghost-list centres, then any
+   other neighbor; edges are all pairs closer than the model cutoff
+------------------------------------------------------------------------- */
+
+void PairTorch::build_graph()
+{
+  double **x = atom->x;
+  const int *type = atom->type;
+  const int nall = atom->nlocal + atom->nghost;
+  const int inum = list->inum;
+  const int ncentre = inum + (ghostneigh ? list->gnum : 0);
+  const int *ilist = list->ilist;
+  const int *numneigh = list->numneigh;
+  int **firstneigh = list->firstneigh;
+  const double cutsq_model = cutoff * cutoff;
+
+  atom2node.assign(nall, -1);
+  node2atom.clear();
+  species.clear();
+  auto node_of = [&](int a) {
+    if (atom2node[a] < 0) {
+      atom2node[a] = static_cast<int>(node2atom.size());
+      node2atom.push_back(a);
+      species.push_back(type2species[type[a]]);
+    }
+    return atom2node[a];
+  };
+  for (int ii = 0; ii < ncentre; ii++) node_of(ilist[ii]);
+  ncounted = inum;
+
+  edge_vec.clear();
+  edge_index.clear();    // centres first; neighbours gathered in edge_nbr
+  edge_nbr.clear();
+  for (int ii = 0; ii < ncentre; ii++) {
+    const int i = ilist[ii];
+    const int64_t ni = atom2node[i];
+    const double xi = x[i][0], yi = x[i][1], zi = x[i][2];
+    const int *jlist = firstneigh[i];
+    const int jnum = numneigh[i];
+    for (int jj = 0; jj < jnum; jj++) {
+      const int j = jlist[jj] & NEIGHMASK;
+      if (type2species[type[j]] < 0) continue;
+      const double dx = x[j][0] - xi, dy = x[j][1] - yi, dz = x[j][2] - zi;
+      if (dx * dx + dy * dy + dz * dz >= cutsq_model) continue;
+      edge_vec.push_back(dx);
+      edge_vec.push_back(dy);
+      edge_vec.push_back(dz);
+      edge_index.push_back(ni);
+      edge_nbr.push_back(node_of(j));
+    }
+  }
+  edge_index.insert(edge_index.end(), edge_nbr.begin(), edge_nbr.end());
+}
+
+/* ---------------------------------------------------------------------- */
+
+void PairTorch::compute(int eflag, int vflag)
+{
+  ev_init(eflag, vflag);
+  build_graph();
+
+  MLTorch::GraphInput in;
+  in.n_nodes = static_cast<int64_t>(node2atom.size());
+  in.n_local = ncounted;
+  in.n_edges = static_cast<int64_t>(edge_nbr.size());
+  in.edge_vectors = edge_vec.data();
+  in.edge_index = edge_index.data();
+  in.species = species.data();
+
+  try {
+    model_->evaluate(in, *output, eflag_atom != 0);
+  } catch (std::exception &e) {
+    error->one(FLERR, "Pair style torch on step {}: {}", update->ntimestep, e.what());
+  }
+  check_finite();
+
+  if (eflag_global) eng_vdwl += output->energy;
+  if (eflag_atom)
+    for (int n = 0; n < ncounted; n++) eatom[node2atom[n]] += output->node_energy[n];
+
+  // F_i += g_ij, F_j -= g_ij; virial W = -sum r_ij (x) g_ij, split half/half per atom
+  double **f = atom->f;
+  const double *g = output->edge_grad.data();
+  const double *r = edge_vec.data();
+  const int64_t nedges = in.n_edges;
+  const bool do_virial = vflag_global || vflag_atom;
+  for (int64_t e = 0; e < nedges; e++) {
+    const int i = node2atom[edge_index[e]];
+    const int j = node2atom[edge_nbr[e]];
+    const double *ge = g + 3 * e;
+    const double *re = r + 3 * e;
+    f[i][0] += ge[0];
+    f[i][1] += ge[1];
+    f[i][2] += ge[2];
+    f[j][0] -= ge[0];
+    f[j][1] -= ge[1];
+    f[j][2] -= ge[2];
+    if (do_virial) {
+      const double v[6] = {-re[0] * ge[0], -re[1] * ge[1], -re[2] * ge[2],
+                           -re[0] * ge[1], -re[0] * ge[2], -re[1] * ge[2]};
+      if (vflag_global)
+        for (int k = 0; k < 6; k++) virial[k] += v[k];
+      if (vflag_atom)
+        for (int k = 0; k < 6; k++) {
+          vatom[i][k] += 0.5 * v[k];
+          vatom[j][k] += 0.5 * v[k];
+        }
+    }
+  }
+}
+
+/* ----------------------------------------------------------------------
+   a model can return NaN/Inf (e.g. atoms far outside its training data):
+   stop with the step and the atoms involved instead of integrating garbage
+------------------------------------------------------------------------- */
+
+void PairTorch::check_finite()
+{
+  const double *g = output->edge_grad.data();
+  const int64_t n = static_cast<int64_t>(edge_nbr.size());
+  bool finite = std::isfinite(output->energy);
+  for (int64_t k = 0; finite && k < 3 * n; k++) finite = std::isfinite(g[k]);
+  if (finite) return;
+
+  std::vector<tagint> bad;
+  for (int64_t e = 0; e < n && bad.size() < 10; e++)
+    if (!std::isfinite(g[3 * e]) || !std::isfinite(g[3 * e + 1]) || !std::isfinite(g[3 * e + 2])) {
+      const tagint id = atom->tag[node2atom[edge_index[e]]];
+      if (std::find(bad.begin(), bad.end(), id) == bad.end()) bad.push_back(id);
+    }
+  if (bad.empty())
+    for (std::size_t k = 0; k < output->node_energy.size() && bad.size() < 10; k++)
+      if (!std::isfinite(output->node_energy[k])) bad.push_back(atom->tag[node2atom[k]]);
+  error->one(FLERR,
+             "Pair style torch: model {} returned a non-finite energy or force on step {}{}{}",
+             model_file, update->ntimestep, bad.empty() ? "" : " near atom IDs ",
+             join_words(bad));
+}
+
+/* ---------------------------------------------------------------------- */
+
+double PairTorch::memory_usage()
+{
+  double bytes = Pair::memory_usage();
+  bytes += (double) (atom2node.capacity() + node2atom.capacity()) * sizeof(int);
+  bytes += (double) (species.capacity() + edge_index.capacity() + edge_nbr.capacity()) *
+      sizeof(int64_t);
+  bytes += (double) (edge_vec.capacity() + output->edge_grad.capacity() +
+                     output->node_energy.capacity()) *
+      sizeof(double);
+  return bytes;
+}

@@ -1,0 +1,74 @@
+/* -*- c++ -*- ----------------------------------------------------------
+   LAMMPS - Large-scale Atomic/Molecular Massively Parallel Simulator
+   https://www.lammps.org/, Sandia National Laboratories
+   LAMMPS development team: developers@lammps.org
+
+   ML-TORCH package: TorchScript machine-learned potentials.
+   Distributed under the GNU General Public License, version 2.
+------------------------------------------------------------------------- */
+
+#ifdef PAIR_CLASS
+// clang-format off
+PairStyle(torch,PairTorch);
+// clang-format on
+#else
+
+#ifndef LMP_PAIR_TORCH_H
+#define LMP_PAIR_TORCH_H
+
+#include "pair.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace MLTorch {
+class Model;
+struct GraphOutput;
+}    // namespace MLTorch
+
+namespace LAMMPS_NS {
+
+class PairTorch : public Pair {
+ public:
+  PairTorch(class LAMMPS *);
+  ~PairTorch() override;
+
+  void compute(int, int) override;
+  void settings(int, char **) override;
+  void coeff(int, char **) override;
+  void init_style() override;
+  double init_one(int, int) override;
+  double memory_usage() override;
+
+  // the loaded model (nullptr before pair_coeff); used by fixes
+  MLTorch::Model *model() { return model_.get(); }
+
+ protected:
+  std::unique_ptr<MLTorch::Model> model_;
+  std::string model_file;
+  std::string device_name;    // torch device, "cpu" unless the device keyword says otherwise
+  int nthreads;               // torch intra-op threads; 0 = LAMMPS default
+  double cutoff;              // model cutoff
+  double cutghost_model;      // ghost cutoff requested for message-passing models
+  int nlayers;                // message-passing layers (1 = strictly local)
+  std::vector<int> type2species;    // LAMMPS type -> model species, -1 for NULL
+
+  // graph buffers, grown and reused from step to step
+  std::vector<int> atom2node, node2atom;
+  std::vector<int64_t> species, edge_index;
+  std::vector<double> edge_vec;
+  std::vector<int64_t> edge_nbr;
+  std::unique_ptr<MLTorch::GraphOutput> output;
+  int ncounted;    // nodes [0, ncounted) are the local atoms whose energies count
+
+  virtual void allocate();
+  void build_graph();
+  void check_finite();
+  void collective_check(bool ok, const std::string &message);
+};
+
+}    // namespace LAMMPS_NS
+
+#endif
+#endif

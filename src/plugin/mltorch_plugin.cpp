@@ -1,0 +1,31 @@
+/* ----------------------------------------------------------------------
+   ML-TORCH package: registration of the styles for `plugin load`.
+   Distributed under the GNU General Public License, version 2.
+------------------------------------------------------------------------- */
+
+#include "lammpsplugin.h"
+#include "version.h"
+
+#include "pair_torch.h"
+
+using namespace LAMMPS_NS;
+
+static Pair *pair_torch_creator(LAMMPS *lmp)
+{
+  return new PairTorch(lmp);
+}
+
+extern "C" void lammpsplugin_init(void *lmp, void *handle, void *regfunc)
+{
+  lammpsplugin_t plugin;
+  auto register_plugin = (lammpsplugin_regfunc) regfunc;
+
+  plugin.version = LAMMPS_VERSION;
+  plugin.style = "pair";
+  plugin.name = "torch";
+  plugin.info = "ML-TORCH TorchScript machine-learned potential";
+  plugin.author = "ML-TORCH developers";
+  plugin.creator.v1 = (lammpsplugin_factory1 *) &pair_torch_creator;
+  plugin.handle = handle;
+  (*register_plugin)(&plugin, lmp);
+}

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# ML-TORCH set-up: system packages, project Python environment with the PyPI
+# torch wheel (its LibTorch is what we link), LAMMPS 4 Jul 2026 from Debian's
+# `lammps` source package, the build, and the flagship example.
+#
+#   tools/setup.sh            # everything, then run the flagship example
+#   tools/setup.sh --no-run   # everything but the example
+#
+# Idempotent: a second run reuses the apt state, pip cache, fetched LAMMPS
+# tarball (in $ML_TORCH_CACHE, default ~/.cache/ml-torch), ccache and build/.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$here"
+run_example=1
+[ "${1:-}" = "--no-run" ] && run_example=0
+
+cache=${ML_TORCH_CACHE:-$HOME/.cache/ml-torch}
+lammps_pkg_version=20260704+dfsg-2
+lammps_tarball=lammps_20260704+dfsg.orig.tar.gz
+lammps_sha256=cddbc45a047416bd48a4a0b87f24a5b61b3446982b74d18cafe619c22b17eb62
+lammps_dir=$cache/lammps-20260704
+torch_spec=${ML_TORCH_TORCH_SPEC:-torch==2.15.0}
+jobs=${ML_TORCH_JOBS:-$(nproc)}
+
+say() { printf '\n== %s\n' "$*"; }
+sudo_cmd=()
+[ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
+
+# ---------------------------------------------------------------------------
+say "system packages"
+pkgs=(build-essential cmake ninja-build ccache git ca-certificates dpkg-dev
+      libopenmpi-dev openmpi-bin python3 python3-venv python3-dev
+      libgtest-dev libgmock-dev libyaml-dev nlohmann-json3-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}"
+else
+  echo "all present"
+fi
+
+# ---------------------------------------------------------------------------
+say "LAMMPS source ($lammps_pkg_version, Debian source package)"
+mkdir -p "$cache"
+if [ ! -f "$lammps_dir/.complete" ]; then
+  if [ ! -f "$cache/$lammps_tarball" ] || \
+     ! echo "$lammps_sha256  $cache/$lammps_tarball" | sha256sum -c --quiet - 2>/dev/null; then
+    # deb-src entry derived from the machine's own Debian source
+    src_list=/etc/apt/sources.list.d/ml-torch-src.sources
+    if ! apt-cache showsrc lammps 2>/dev/null | grep -q "^Version: $lammps_pkg_version"; then
+      uri=$(grep -h -m1 -E '^URIs:.*debian' /etc/apt/sources.list.d/*.sources 2>/dev/null \
+              | grep -v security | awk '{print $2}' | head -n1 || true)
+      if [ -z "$uri" ]; then
+        uri=$(grep -h -E '^deb .*debian' /etc/apt/sources.list 2>/dev/null \
+                | grep -v security | awk '{print $2}' | head -n1 || true)
+      fi
+      [ -n "$uri" ] || { echo "ERROR: no Debian apt source found to derive a deb-src entry from" >&2; exit 1; }
+      printf 'Types: deb-src\nURIs: %s\nSuites: bookworm trixie sid\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+        "$uri" | "${sudo_cmd[@]}" tee "$src_list" >/dev/null
+      "${sudo_cmd[@]}" apt-get update -qq
+    fi
+    listed=$(apt-cache showsrc lammps | awk -v v="$lammps_pkg_version" -v f="$lammps_tarball" \
+               '/^Package:/{ok=0} $1=="Version:"{ok=($2==v)} /^Checksums-Sha256:/{s=1;next}
+                /^[A-Z]/{s=0} ok && s && $3==f {print $1}' | head -n1)
+    if [ "$listed" != "$lammps_sha256" ]; then
+      echo "ERROR: Debian lists SHA-256 '$listed' for $lammps_tarball, expected $lammps_sha256" >&2
+      exit 1
+    fi
+    # the .dsc / debian tarball may 404 on this network; the orig tarball is all we need
+    (cd "$cache" && apt-get source --download-only "lammps=$lammps_pkg_version" >/dev/null 2>&1 || true)
+    [ -f "$cache/$lammps_tarball" ] || { echo "ERROR: could not download $lammps_tarball" >&2; exit 1; }
+    echo "$lammps_sha256  $cache/$lammps_tarball" | sha256sum -c --quiet - \
+      || { echo "ERROR: SHA-256 mismatch for $cache/$lammps_tarball" >&2; rm -f "$cache/$lammps_tarball"; exit 1; }
+  fi
+  rm -rf "$lammps_dir" && mkdir -p "$lammps_dir"
+  tar -xzf "$cache/$lammps_tarball" -C "$lammps_dir"   # the tarball has no top-level folder
+  touch "$lammps_dir/.complete"
+fi
+echo "LAMMPS tree: $lammps_dir ($(grep -o '"[^"]*"' "$lammps_dir/src/version.h" | head -n1))"
+
+# ---------------------------------------------------------------------------
+say "Python environment (.venv, $torch_spec)"
+[ -x .venv/bin/python ] || /usr/bin/python3 -m venv .venv
+if ! .venv/bin/python -c "import torch, numpy" 2>/dev/null; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q "$torch_spec" numpy
+fi
+.venv/bin/python -c "import torch; print('torch', torch.__version__)"
+
+# ---------------------------------------------------------------------------
+say "configure and build (build/)"
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+if [ ! -f build/CMakeCache.txt ]; then
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DLAMMPS_SOURCE_DIR="$lammps_dir" -DML_TORCH_PYTHON="$here/.venv/bin/python" "${launcher[@]}"
+fi
+cmake --build build -j "$jobs"
+
+# ---------------------------------------------------------------------------
+if [ "$run_example" = 1 ]; then
+  say "flagship example: examples/lj (torch Lennard-Jones vs native lj/cut, 2 MPI ranks)"
+  (cd examples/lj && mpirun --allow-run-as-root --oversubscribe -np 2 ../../build/lmp -in in.lj_torch)
+fi
+say "done: run the tests with  ctest --test-dir build --output-on-failure"

@@ -1,0 +1,278 @@
+/* ----------------------------------------------------------------------
+   ML-TORCH core tests (no LAMMPS): model loading and metadata, forces and
+   virial against central finite differences, invariances, float32 exports.
+------------------------------------------------------------------------- */
+
+#include "model.h"
+#include "reference_graph.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <string>
+
+using MLTorchTest::evaluate_reference;
+using MLTorchTest::max_rel_dev;
+using Cell = std::array<std::array<double, 3>, 3>;
+
+static const std::string potentials = ML_TORCH_POTENTIALS_DIR;
+static const std::string test_models = ML_TORCH_TEST_MODELS_DIR;
+
+static std::unique_ptr<MLTorch::Model> load(const std::string &path, const std::string &dev = "cpu")
+{
+  return std::make_unique<MLTorch::Model>(MLTorch::read_file(path), path, dev);
+}
+
+static std::string load_error(const std::string &path, const std::string &dev = "cpu")
+{
+  try {
+    load(path, dev);
+  } catch (MLTorch::ModelError &e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// a perturbed lattice with a basis, `nrep` cells per direction
+struct Config {
+  std::vector<double> pos;
+  std::vector<int64_t> species;
+  Cell cell{};
+  std::array<bool, 3> periodic{true, true, true};
+};
+
+static Config lattice(const std::vector<std::array<double, 3>> &basis, double a, int nrep,
+                      double jitter, unsigned seed, double tilt = 0.0)
+{
+  Config c;
+  c.cell = {{{nrep * a, 0.0, 0.0}, {tilt, nrep * a, 0.0}, {0.0, 0.0, nrep * a}}};
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> u(-jitter, jitter);
+  for (int i = 0; i < nrep; i++)
+    for (int j = 0; j < nrep; j++)
+      for (int k = 0; k < nrep; k++)
+        for (const auto &b : basis) {
+          const double f[3] = {(i + b[0]) / nrep, (j + b[1]) / nrep, (k + b[2]) / nrep};
+          for (int d = 0; d < 3; d++)
+            c.pos.push_back(f[0] * c.cell[0][d] + f[1] * c.cell[1][d] + f[2] * c.cell[2][d] + u(gen));
+          c.species.push_back(0);
+        }
+  return c;
+}
+
+static const std::vector<std::array<double, 3>> fcc = {
+    {0, 0, 0}, {0.5, 0.5, 0}, {0.5, 0, 0.5}, {0, 0.5, 0.5}};
+static const std::vector<std::array<double, 3>> diamond = {
+    {0, 0, 0},          {0.5, 0.5, 0},      {0.5, 0, 0.5},      {0, 0.5, 0.5},
+    {0.25, 0.25, 0.25}, {0.75, 0.75, 0.25}, {0.75, 0.25, 0.75}, {0.25, 0.75, 0.75}};
+
+static MLTorchTest::Result eval(const MLTorch::Model &m, const Config &c)
+{
+  return evaluate_reference(m, c.pos, c.species, c.cell, c.periodic, 1);
+}
+
+/* ---------------------------------------------------------------------- */
+
+TEST(Metadata, LennardJones)
+{
+  auto m = load(potentials + "/lj_Ar.pt");
+  const auto &meta = m->metadata();
+  EXPECT_EQ(meta.format_version, MLTorch::kFormatVersion);
+  EXPECT_DOUBLE_EQ(meta.cutoff, 8.5);
+  ASSERT_EQ(meta.elements.size(), 1u);
+  EXPECT_EQ(meta.elements[0], "Ar");
+  EXPECT_EQ(meta.num_interaction_layers, 1);
+  EXPECT_EQ(meta.units, "metal");
+  EXPECT_EQ(meta.dtype, "float64");
+  EXPECT_EQ(meta.model_type, "lennard-jones");
+  EXPECT_EQ(meta.species_of("Ar"), 0);
+  EXPECT_EQ(meta.species_of("Xe"), -1);
+  EXPECT_EQ(m->device(), "cpu");
+}
+
+TEST(Metadata, MessagePassingAndFloat32)
+{
+  EXPECT_EQ(load(potentials + "/toy_mp2_Si.pt")->metadata().num_interaction_layers, 2);
+  EXPECT_EQ(load(potentials + "/sw_Si_f32.pt")->metadata().dtype, "float32");
+}
+
+TEST(Metadata, ContentHash)
+{
+  const auto bytes = MLTorch::read_file(potentials + "/lj_Ar.pt");
+  EXPECT_EQ(MLTorch::content_hash(bytes), MLTorch::content_hash(bytes));
+  EXPECT_EQ(MLTorch::content_hash(bytes).size(), 16u);
+  EXPECT_NE(MLTorch::content_hash(bytes), MLTorch::content_hash(bytes + "x"));
+  EXPECT_EQ(MLTorch::content_hash(""), "cbf29ce484222325");    // FNV-1a offset basis
+}
+
+TEST(LoadErrors, MissingFile)
+{
+  EXPECT_NE(load_error("/nonexistent/model.pt").find("Cannot open model file /nonexistent/model.pt"),
+            std::string::npos);
+}
+
+TEST(LoadErrors, CorruptFile)
+{
+  const std::string path = ::testing::TempDir() + "/corrupt.pt";
+  std::ofstream(path) << "this is not a TorchScript archive";
+  EXPECT_NE(load_error(path).find("as a TorchScript model"), std::string::npos) << load_error(path);
+}
+
+TEST(LoadErrors, BadMetadata)
+{
+  EXPECT_NE(load_error(test_models + "/no_metadata.pt").find("has no ML-TORCH metadata"),
+            std::string::npos);
+  EXPECT_NE(load_error(test_models + "/bad_version.pt")
+                .find("has format version 99, this ML-TORCH build reads version 1"),
+            std::string::npos);
+  EXPECT_NE(load_error(test_models + "/no_cutoff.pt").find("lacks the required key 'cutoff'"),
+            std::string::npos);
+  EXPECT_THROW(MLTorch::parse_metadata("{", "x"), MLTorch::ModelError);
+  EXPECT_THROW(MLTorch::parse_metadata(R"({"format_version":1,"cutoff":-1})", "x"),
+               MLTorch::ModelError);
+}
+
+TEST(LoadErrors, Device)
+{
+  EXPECT_NE(load_error(potentials + "/lj_Ar.pt", "banana").find("Unknown torch device 'banana'"),
+            std::string::npos);
+  const auto cuda = load_error(potentials + "/lj_Ar.pt", "cuda:7");
+  EXPECT_TRUE(cuda.find("sees no CUDA device") != std::string::npos ||
+              cuda.find("CUDA device(s) exist") != std::string::npos)
+      << cuda;
+}
+
+/* ---------------------------------------------------------------------- */
+
+struct FDCase {
+  std::string model;
+  Config config;
+};
+
+static void check_finite_differences(const std::string &file, Config c, double tol)
+{
+  auto m = load(potentials + "/" + file);
+  const auto ref = eval(*m, c);
+  ASSERT_TRUE(std::isfinite(ref.energy));
+
+  // forces: central differences of the energy, for every 7th atom
+  const double h = 1e-5;
+  std::vector<double> fd, an;
+  const int n = static_cast<int>(c.species.size());
+  for (int a = 0; a < n; a += 7)
+    for (int d = 0; d < 3; d++) {
+      Config p = c, q = c;
+      p.pos[3 * a + d] += h;
+      q.pos[3 * a + d] -= h;
+      fd.push_back(-(eval(*m, p).energy - eval(*m, q).energy) / (2 * h));
+      an.push_back(ref.forces[3 * a + d]);
+    }
+  const double ferr = max_rel_dev(an, fd);
+  EXPECT_LE(ferr, tol) << file << " forces";
+
+  // virial: W_ab = -dE/d(eps_ab) for x -> (1 + eps) x applied to atoms and cell
+  std::vector<double> wfd, wan;
+  const int comp[6][2] = {{0, 0}, {1, 1}, {2, 2}, {0, 1}, {0, 2}, {1, 2}};
+  for (int k = 0; k < 6; k++) {
+    const int a = comp[k][0], b = comp[k][1];
+    double e[2];
+    for (int s = 0; s < 2; s++) {
+      Config p = c;
+      const double eps = (s == 0 ? h : -h);
+      for (int i = 0; i < n; i++) p.pos[3 * i + a] += eps * c.pos[3 * i + b];
+      for (int v = 0; v < 3; v++) p.cell[v][a] += eps * c.cell[v][b];
+      e[s] = eval(*m, p).energy;
+    }
+    wfd.push_back(-(e[0] - e[1]) / (2 * h));
+    wan.push_back(ref.virial[k]);
+  }
+  const double werr = max_rel_dev(wan, wfd);
+  EXPECT_LE(werr, tol) << file << " virial";
+  std::printf("[ FD       ] %-16s max relative deviation: forces %.2e, virial %.2e\n", file.c_str(),
+              ferr, werr);
+}
+
+TEST(FiniteDifferences, LennardJones)
+{
+  check_finite_differences("lj_Ar.pt", lattice(fcc, 5.26, 2, 0.25, 1, 0.7), 1e-8);
+}
+
+TEST(FiniteDifferences, Morse)
+{
+  check_finite_differences("morse_Cu.pt", lattice(fcc, 3.615, 2, 0.15, 2, 0.4), 1e-8);
+}
+
+TEST(FiniteDifferences, StillingerWeber)
+{
+  check_finite_differences("sw_Si.pt", lattice(diamond, 5.431, 2, 0.2, 3, 0.5), 1e-8);
+}
+
+TEST(FiniteDifferences, MessagePassingToy)
+{
+  check_finite_differences("toy_mp2_Si.pt", lattice(diamond, 5.431, 2, 0.2, 4), 1e-8);
+}
+
+TEST(FiniteDifferences, OpenCluster)
+{
+  Config c = lattice(diamond, 5.431, 1, 0.15, 5);
+  c.periodic = {false, false, false};
+  check_finite_differences("sw_Si.pt", c, 1e-8);
+}
+
+/* ---------------------------------------------------------------------- */
+
+static Config rotated(const Config &c, double ax, double ay)
+{
+  const double R[3][3] = {{std::cos(ay), 0, std::sin(ay)},
+                          {std::sin(ax) * std::sin(ay), std::cos(ax), -std::sin(ax) * std::cos(ay)},
+                          {-std::cos(ax) * std::sin(ay), std::sin(ax), std::cos(ax) * std::cos(ay)}};
+  Config r = c;
+  auto rot = [&](const double *in, double *out) {
+    for (int i = 0; i < 3; i++) out[i] = R[i][0] * in[0] + R[i][1] * in[1] + R[i][2] * in[2];
+  };
+  for (std::size_t a = 0; a < c.species.size(); a++) rot(&c.pos[3 * a], &r.pos[3 * a]);
+  for (int v = 0; v < 3; v++) rot(c.cell[v].data(), r.cell[v].data());
+  r.pos.resize(c.pos.size());
+  return r;
+}
+
+TEST(Invariance, TranslationAndRotation)
+{
+  for (const char *file : {"sw_Si.pt", "toy_mp2_Si.pt"}) {
+    auto m = load(potentials + "/" + file);
+    const Config c = lattice(diamond, 5.431, 2, 0.2, 6);
+    const auto ref = eval(*m, c);
+
+    Config t = c;
+    for (std::size_t i = 0; i < t.pos.size(); i++) t.pos[i] += 1.2345 * (1 + i % 3);
+    const auto tr = eval(*m, t);
+    EXPECT_NEAR(tr.energy, ref.energy, 1e-12 * std::fabs(ref.energy)) << file;
+    EXPECT_LE(max_rel_dev(tr.forces, ref.forces), 1e-11) << file;
+
+    const double ax = 0.3, ay = -1.1;
+    const Config r = rotated(c, ax, ay);
+    const auto rr = eval(*m, r);
+    EXPECT_NEAR(rr.energy, ref.energy, 1e-12 * std::fabs(ref.energy)) << file;
+    // forces rotate with the configuration
+    const Config fref = [&] {
+      Config f;
+      f.pos = ref.forces;
+      f.species = c.species;
+      return rotated(f, ax, ay);
+    }();
+    EXPECT_LE(max_rel_dev(rr.forces, fref.pos), 1e-11) << file;
+  }
+}
+
+TEST(Float32, AgreesWithFloat64)
+{
+  auto m64 = load(potentials + "/sw_Si.pt");
+  auto m32 = load(potentials + "/sw_Si_f32.pt");
+  const Config c = lattice(diamond, 5.431, 2, 0.2, 7);
+  const auto r64 = eval(*m64, c), r32 = eval(*m32, c);
+  EXPECT_NEAR(r32.energy, r64.energy, 1e-5 * std::fabs(r64.energy));
+  EXPECT_LE(max_rel_dev(r32.forces, r64.forces), 1e-4);
+  EXPECT_GT(max_rel_dev(r32.forces, r64.forces), 0.0);    // it really ran in float32
+}

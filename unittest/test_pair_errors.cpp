@@ -1,0 +1,177 @@
+/* ----------------------------------------------------------------------
+   ML-TORCH: every bad input to pair_style torch stops with its ERROR text.
+   LAMMPS used as a library turns ERRORs into exceptions carrying the
+   message, as LAMMPS's own command tests check them.
+------------------------------------------------------------------------- */
+
+#include "input.h"
+#include "lammps.h"
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+using LAMMPS_NS::LAMMPS;
+
+static const std::string potentials = ML_TORCH_POTENTIALS_DIR;
+static const std::string test_models = ML_TORCH_TEST_MODELS_DIR;
+
+class PairTorchErrors : public ::testing::Test {
+ protected:
+  void SetUp() override
+  {
+    std::vector<std::string> args{"lmp", "-log", "none", "-echo", "none", "-nocite", "-screen", "none"};
+    std::vector<char *> argv;
+    for (auto &a : args) argv.push_back(a.data());
+    lmp = new LAMMPS(static_cast<int>(argv.size()), argv.data(), MPI_COMM_WORLD);
+  }
+  void TearDown() override { delete lmp; }
+
+  void cmd(const std::string &line) { lmp->input->one(line); }
+  void box(const std::string &units = "metal", int ntypes = 1)
+  {
+    cmd("units " + units);
+    cmd("lattice fcc 5.26");
+    cmd("region box block 0 2 0 2 0 2");
+    cmd("create_box " + std::to_string(ntypes) + " box");
+    cmd("create_atoms 1 box");
+    cmd("mass * 39.948");
+  }
+  // the ERROR text raised by `lines`, or "" if none
+  std::string error_of(const std::vector<std::string> &lines)
+  {
+    try {
+      for (const auto &l : lines) cmd(l);
+    } catch (std::exception &e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  LAMMPS *lmp = nullptr;
+};
+
+#define EXPECT_ERROR(text, ...)                                                    \
+  do {                                                                             \
+    const std::string msg = error_of({__VA_ARGS__});                               \
+    EXPECT_NE(msg.find(text), std::string::npos) << "got: '" << msg << "'";        \
+  } while (0)
+
+TEST_F(PairTorchErrors, MissingModelFile)
+{
+  box();
+  EXPECT_ERROR("Cannot open model file /nonexistent/lj.pt", "pair_style torch",
+               "pair_coeff * * /nonexistent/lj.pt Ar");
+}
+
+TEST_F(PairTorchErrors, CorruptModelFile)
+{
+  const std::string path = ::testing::TempDir() + "/corrupt.pt";
+  std::ofstream(path) << "not a model";
+  box();
+  EXPECT_ERROR("as a TorchScript model", "pair_style torch", "pair_coeff * * " + path + " Ar");
+}
+
+TEST_F(PairTorchErrors, NoMetadata)
+{
+  box();
+  EXPECT_ERROR("has no ML-TORCH metadata", "pair_style torch",
+               "pair_coeff * * " + test_models + "/no_metadata.pt Ar");
+}
+
+TEST_F(PairTorchErrors, UnsupportedFormatVersion)
+{
+  box();
+  EXPECT_ERROR("has format version 99, this ML-TORCH build reads version 1", "pair_style torch",
+               "pair_coeff * * " + test_models + "/bad_version.pt Ar");
+}
+
+TEST_F(PairTorchErrors, IncompleteMetadata)
+{
+  box();
+  EXPECT_ERROR("metadata lacks the required key 'cutoff'", "pair_style torch",
+               "pair_coeff * * " + test_models + "/no_cutoff.pt Ar");
+}
+
+TEST_F(PairTorchErrors, ElementNotInModel)
+{
+  box();
+  EXPECT_ERROR("Element Xe is not in model file " + potentials + "/lj_Ar.pt (it has: Ar)",
+               "pair_style torch", "pair_coeff * * " + potentials + "/lj_Ar.pt Xe");
+}
+
+TEST_F(PairTorchErrors, WrongNumberOfElements)
+{
+  box("metal", 2);
+  EXPECT_ERROR("needs one element name (or NULL) per atom type: got 1 name(s) for 2 atom type(s)",
+               "pair_style torch", "pair_coeff * * " + potentials + "/lj_Ar.pt Ar");
+}
+
+TEST_F(PairTorchErrors, NotStarStar)
+{
+  box();
+  EXPECT_ERROR("requires 'pair_coeff * * model.pt El1 ... El1'", "pair_style torch",
+               "pair_coeff 1 1 " + potentials + "/lj_Ar.pt Ar");
+}
+
+TEST_F(PairTorchErrors, UnitsMismatch)
+{
+  box("real");
+  EXPECT_ERROR("uses 'metal' units but this run uses 'units real'", "pair_style torch",
+               "pair_coeff * * " + potentials + "/lj_Ar.pt Ar", "run 0 post no");
+}
+
+TEST_F(PairTorchErrors, NewtonPairOff)
+{
+  box();
+  EXPECT_ERROR("Pair style torch requires newton pair on", "newton off", "pair_style torch",
+               "pair_coeff * * " + potentials + "/lj_Ar.pt Ar", "run 0 post no");
+}
+
+TEST_F(PairTorchErrors, NonFiniteModelOutput)
+{
+  box();
+  EXPECT_ERROR("returned a non-finite energy or force on step 0 near atom IDs 1 ",
+               "pair_style torch", "pair_coeff * * " + test_models + "/nonfinite_Ar.pt Ar",
+               "run 0 post no");
+}
+
+TEST_F(PairTorchErrors, DeviceThatDoesNotExist)
+{
+  box();
+  const std::string msg =
+      error_of({"pair_style torch device cuda:7", "pair_coeff * * " + potentials + "/lj_Ar.pt Ar"});
+  EXPECT_TRUE(msg.find("sees no CUDA device; use 'device cpu'") != std::string::npos ||
+              msg.find("CUDA device(s) exist") != std::string::npos)
+      << msg;
+  EXPECT_ERROR("Unknown torch device 'tpu'", "pair_style torch device tpu",
+               "pair_coeff * * " + potentials + "/lj_Ar.pt Ar");
+}
+
+TEST_F(PairTorchErrors, BadKeywords)
+{
+  box();
+  EXPECT_ERROR("Unknown pair_style torch keyword: fast", "pair_style torch fast");
+  EXPECT_ERROR("Illegal pair_style torch threads value 0: must be >= 1", "pair_style torch threads 0");
+  EXPECT_ERROR("pair_style torch threads", "pair_style torch threads");
+}
+
+TEST_F(PairTorchErrors, ThreadsKeywordWorks)
+{
+  box();
+  EXPECT_EQ(error_of({"pair_style torch threads 2", "pair_coeff * * " + potentials + "/lj_Ar.pt Ar",
+                      "run 0 post no"}),
+            "");
+}
+
+int main(int argc, char **argv)
+{
+  MPI_Init(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  const int rv = RUN_ALL_TESTS();
+  MPI_Finalize();
+  return rv;
+}

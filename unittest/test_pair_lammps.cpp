@@ -1,0 +1,319 @@
+/* ----------------------------------------------------------------------
+   ML-TORCH: pair_style torch against LAMMPS's native styles, through the
+   LAMMPS library API.  Run under mpirun with 1..4 ranks (see CMakeLists).
+   Energy, forces, global virial (compute pressure ... virial), per-atom
+   energy and per-atom virial are compared at run 0 and after a short NVE run.
+------------------------------------------------------------------------- */
+
+#include "force.h"
+#include "input.h"
+#include "lammps.h"
+#include "library.h"
+
+#include "model.h"
+#include "reference_graph.h"
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+using LAMMPS_NS::LAMMPS;
+using MLTorchTest::max_rel_dev;
+
+static const std::string potentials = ML_TORCH_POTENTIALS_DIR;
+static const std::string lammps_potentials = ML_TORCH_LAMMPS_POTENTIALS_DIR;
+static int me = 0, nprocs = 1;
+static bool verbose = false;    // --verbose-lammps shows LAMMPS's screen output
+
+struct Snapshot {
+  double pe = 0.0;
+  std::vector<double> virial;    // compute pressure NULL virial, 6 components
+  std::vector<double> f, x, peatom, satom, csatom, sums;
+};
+
+class Lammps {
+ public:
+  explicit Lammps(const std::vector<std::string> &extra_args = {})
+  {
+    std::vector<std::string> args{"lmp", "-log", "none", "-echo", "none", "-nocite"};
+    if (!verbose) args.insert(args.end(), {"-screen", "none"});
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    std::vector<char *> argv;
+    for (auto &a : args) argv.push_back(a.data());
+    lmp = new LAMMPS(static_cast<int>(argv.size()), argv.data(), MPI_COMM_WORLD);
+  }
+  ~Lammps() { delete lmp; }
+  void cmd(const std::string &line) { lmp->input->one(line); }
+  void cmds(const std::vector<std::string> &lines)
+  {
+    for (const auto &l : lines) cmd(l);
+  }
+  std::vector<double> gather(const char *name, int count)
+  {
+    std::vector<double> data(natoms() * count);
+    lammps_gather(lmp, name, 1, count, data.data());
+    return data;
+  }
+  std::vector<double> compute_vector(const char *id, int n)
+  {
+    auto *v = static_cast<double *>(lammps_extract_compute(lmp, id, LMP_STYLE_GLOBAL, LMP_TYPE_VECTOR));
+    return v ? std::vector<double>(v, v + n) : std::vector<double>();
+  }
+  std::size_t natoms() const { return static_cast<std::size_t>(lammps_get_natoms(lmp)); }
+  double thermo(const char *key) { return lammps_get_thermo(lmp, key); }
+
+  LAMMPS *lmp;
+};
+
+/* ---------------------------------------------------------------------- */
+
+struct System {
+  std::string name;
+  std::vector<std::string> setup;    // everything before the pair style
+  std::string native;                // pair style + coeffs of the native style
+  std::string torch;                 // pair style + coeffs with pair_style torch
+  bool pairwise;                     // per-atom decomposition the same as LAMMPS's
+};
+
+static std::vector<std::string> crystal(const std::string &lattice, double mass, bool triclinic,
+                                        int nrep, bool slab = false, int ntypes = 1)
+{
+  const std::string n = std::to_string(nrep);
+  std::vector<std::string> s{"units metal", "atom_modify map array",
+                             slab ? "boundary f p p" : "boundary p p p", lattice};
+  if (slab) {
+    // atoms fill the lower half in x: with processors * 1 1 the upper ranks own none
+    s.push_back("region box block 0 " + std::to_string(2 * nrep) + " 0 " + n + " 0 " + n);
+    s.push_back("processors * 1 1");
+    s.push_back("create_box " + std::to_string(ntypes) + " box");
+    s.push_back("region atoms block 0.1 " + std::to_string(nrep - 0.1) + " 0 " + n + " 0 " + n);
+    s.push_back("create_atoms 1 region atoms");
+  } else {
+    s.push_back(triclinic ? "region box prism 0 " + n + " 0 " + n + " 0 " + n + " 1 1 0"
+                          : "region box block 0 " + n + " 0 " + n + " 0 " + n);
+    s.push_back("create_box " + std::to_string(ntypes) + " box");
+    s.push_back("create_atoms 1 box");
+  }
+  s.push_back("mass * " + std::to_string(mass));
+  if (ntypes == 2) s.push_back("set type 1 type/fraction 2 0.5 8731");
+  s.push_back("displace_atoms all random 0.1 0.1 0.1 12345 units box");
+  s.push_back("velocity all create 600.0 4928459 loop geom");
+  return s;
+}
+
+static System lj(bool tri, bool shift = false, bool slab = false)
+{
+  std::string mod = shift ? "\npair_modify shift yes" : "";
+  return {std::string("lj") + (shift ? "-shift" : "") + (tri ? "-triclinic" : "") + (slab ? "-slab" : ""),
+          crystal("lattice fcc 5.26", 39.948, tri, 3, slab),
+          "pair_style lj/cut 8.5\npair_coeff 1 1 0.0104 3.40" + mod,
+          "pair_style torch\npair_coeff * * " + potentials + (shift ? "/lj_Ar_shift.pt" : "/lj_Ar.pt") + " Ar",
+          true};
+}
+
+// pair_style hybrid with torch covering type 1 only (NULL for type 2)
+static System lj_hybrid_null()
+{
+  return {"lj-hybrid-null", crystal("lattice fcc 5.26", 39.948, false, 3, false, 2),
+          "pair_style lj/cut 8.5\npair_coeff * * 0.0104 3.40",
+          "pair_style hybrid torch lj/cut 8.5\npair_coeff * * torch " + potentials +
+              "/lj_Ar.pt Ar NULL\npair_coeff 1 2 lj/cut 0.0104 3.40\npair_coeff 2 2 lj/cut 0.0104 3.40",
+          true};
+}
+
+static System morse(bool tri)
+{
+  return {std::string("morse") + (tri ? "-triclinic" : ""), crystal("lattice fcc 3.615", 63.546, tri, 4),
+          "pair_style morse 6.0\npair_coeff 1 1 0.3429 1.3588 2.866",
+          "pair_style torch\npair_coeff * * " + potentials + "/morse_Cu.pt Cu", true};
+}
+
+static System sw(bool tri, bool slab = false)
+{
+  return {std::string("sw") + (tri ? "-triclinic" : "") + (slab ? "-slab" : ""),
+          crystal("lattice diamond 5.431", 28.0855, tri, 3, slab),
+          "pair_style sw\npair_coeff * * " + lammps_potentials + "/Si.sw Si",
+          "pair_style torch\npair_coeff * * " + potentials + "/sw_Si.pt Si", false};
+}
+
+static Snapshot snapshot(Lammps &l, bool centroid)
+{
+  Snapshot s;
+  s.pe = l.thermo("pe");
+  s.virial = l.compute_vector("press", 6);
+  s.sums = l.compute_vector("sums", 7);
+  s.f = l.gather("f", 3);
+  s.x = l.gather("x", 3);
+  s.peatom = l.gather("c_peatom", 1);
+  s.satom = l.gather("c_satom", 6);
+  if (centroid) s.csatom = l.gather("c_csatom", 6);
+  return s;
+}
+
+static std::vector<Snapshot> simulate(const System &sys, bool use_torch, int nsteps)
+{
+  Lammps l;
+  l.cmds(sys.setup);
+  for (const auto &line : {use_torch ? sys.torch : sys.native}) {
+    std::size_t start = 0;
+    while (start <= line.size()) {
+      const auto end = line.find('\n', start);
+      l.cmd(line.substr(start, end - start));
+      if (end == std::string::npos) break;
+      start = end + 1;
+    }
+  }
+  const bool centroid = sys.pairwise;
+  l.cmds({"neighbor 1.0 bin", "compute peatom all pe/atom", "compute satom all stress/atom NULL virial",
+          "compute press all pressure NULL virial",
+          "compute sums all reduce sum c_peatom c_satom[1] c_satom[2] c_satom[3] c_satom[4] "
+          "c_satom[5] c_satom[6]",
+          "thermo_style custom step pe press c_press[*] c_sums[*]", "fix nve all nve",
+          "timestep 0.002"});
+  if (centroid) l.cmd("compute csatom all centroid/stress/atom NULL virial");
+  l.cmd("run 0 post no");
+  std::vector<Snapshot> out{snapshot(l, centroid)};
+  l.cmd("run " + std::to_string(nsteps) + " post no");
+  out.push_back(snapshot(l, centroid));
+  return out;
+}
+
+static void report(const std::string &what, double dev)
+{
+  if (me == 0)
+    std::printf("[ DEV      ] %-26s np=%d  max relative deviation %.3e\n", what.c_str(), nprocs, dev);
+}
+
+class NativeComparison : public ::testing::TestWithParam<System> {};
+
+TEST_P(NativeComparison, MatchesNativeStyle)
+{
+  const System &sys = GetParam();
+  const auto native = simulate(sys, false, 20);
+  const auto torch = simulate(sys, true, 20);
+  const double tol = 1e-10;
+  for (int k = 0; k < 2; k++) {
+    const auto &a = torch[k], &b = native[k];
+    const std::string tag = sys.name + (k == 0 ? " run0" : " run20");
+    ASSERT_GT(a.f.size(), 0u);
+    const double dpe = std::fabs(a.pe - b.pe) / std::fabs(b.pe);
+    const double dvir = max_rel_dev(a.virial, b.virial);
+    const double df = max_rel_dev(a.f, b.f);
+    const double dx = max_rel_dev(a.x, b.x);
+    EXPECT_LE(dpe, tol) << tag << " energy " << a.pe << " vs " << b.pe;
+    EXPECT_LE(dvir, tol) << tag << " virial";
+    EXPECT_LE(df, tol) << tag << " forces";
+    EXPECT_LE(dx, tol) << tag << " positions";
+    // per-atom energy and virial must sum to the global values
+    EXPECT_NEAR(a.sums[0], a.pe, 1e-10 * std::fabs(a.pe)) << tag;
+    double dpa = 0.0, dsa = 0.0, dcs = 0.0;
+    if (sys.pairwise) {
+      dpa = max_rel_dev(a.peatom, b.peatom);
+      dsa = max_rel_dev(a.satom, b.satom);
+      dcs = max_rel_dev(a.csatom, b.csatom);
+      EXPECT_LE(dpa, tol) << tag << " per-atom energy";
+      EXPECT_LE(dsa, tol) << tag << " per-atom virial";
+      EXPECT_LE(dcs, tol) << tag << " centroid per-atom virial";
+    } else {
+      // many-body: LAMMPS's sw splits each three-body term in thirds over
+      // i, j, k; torch assigns atomic energies (see doc/pair_torch.rst).
+      // The sums must still agree with the native style's.
+      std::vector<double> ssum(a.sums.begin() + 1, a.sums.end()), nsum(b.sums.begin() + 1, b.sums.end());
+      dsa = max_rel_dev(ssum, nsum);
+      EXPECT_LE(dsa, tol) << tag << " summed per-atom virial";
+      EXPECT_NEAR(b.sums[0], a.pe, 1e-10 * std::fabs(a.pe)) << tag;
+    }
+    report(tag + " pe", dpe);
+    report(tag + " f", df);
+    report(tag + " virial", dvir);
+    if (sys.pairwise) {
+      report(tag + " pe/atom", dpa);
+      report(tag + " stress/atom", dsa);
+      report(tag + " centroid", dcs);
+    } else {
+      report(tag + " sum stress/atom", dsa);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Styles, NativeComparison,
+                         ::testing::Values(lj(false), lj(true), lj(false, true), lj(false, false, true),
+                                           lj_hybrid_null(), morse(false), morse(true), sw(false), sw(true),
+                                           sw(false, true)),
+                         [](const auto &info) {
+                           std::string n = info.param.name;
+                           for (auto &c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
+
+/* ----------------------------------------------------------------------
+   message passing: a two-layer model on N ranks against the brute-force
+   graph with explicit periodic images evaluated by the core directly
+------------------------------------------------------------------------- */
+
+TEST(MessagePassing, MatchesBruteForceGraph)
+{
+  for (bool tri : {false, true}) {
+    Lammps l;
+    l.cmds(crystal("lattice diamond 5.431", 28.0855, tri, 2));
+    l.cmds({"pair_style torch", "pair_coeff * * " + potentials + "/toy_mp2_Si.pt Si",
+            "compute press all pressure NULL virial", "thermo_style custom step pe vol c_press[*]",
+            "run 0 post no"});
+    const double pe = l.thermo("pe");
+    const auto press = l.compute_vector("press", 6);
+    const auto f = l.gather("f", 3);
+    const auto x = l.gather("x", 3);
+    const double vol = l.thermo("vol");
+    const double nktv2p = l.lmp->force->nktv2p;
+
+    const auto *boxlo = static_cast<double *>(lammps_extract_global(l.lmp, "boxlo"));
+    const auto *boxhi = static_cast<double *>(lammps_extract_global(l.lmp, "boxhi"));
+    const double xy = *static_cast<double *>(lammps_extract_global(l.lmp, "xy"));
+    const double xz = *static_cast<double *>(lammps_extract_global(l.lmp, "xz"));
+    const double yz = *static_cast<double *>(lammps_extract_global(l.lmp, "yz"));
+    std::array<std::array<double, 3>, 3> cell{{{boxhi[0] - boxlo[0], 0, 0},
+                                               {xy, boxhi[1] - boxlo[1], 0},
+                                               {xz, yz, boxhi[2] - boxlo[2]}}};
+    MLTorch::Model model(MLTorch::read_file(potentials + "/toy_mp2_Si.pt"), "toy", "cpu");
+    std::vector<int64_t> species(l.natoms(), 0);
+    const auto ref = MLTorchTest::evaluate_reference(model, x, species, cell, {true, true, true}, 2);
+    std::vector<double> vref(ref.virial.begin(), ref.virial.end()), v(press);
+    for (auto &c : v) c *= vol / nktv2p;
+
+    const double dpe = std::fabs(pe - ref.energy) / std::fabs(ref.energy);
+    const double df = max_rel_dev(f, ref.forces);
+    const double dv = max_rel_dev(v, vref);
+    EXPECT_LE(dpe, 1e-10);
+    EXPECT_LE(df, 1e-10);
+    EXPECT_LE(dv, 1e-10);
+    const std::string tag = std::string("toy_mp2 ") + (tri ? "triclinic" : "ortho");
+    report(tag + " pe", dpe);
+    report(tag + " f", df);
+    report(tag + " virial", dv);
+  }
+}
+
+/* ---------------------------------------------------------------------- */
+
+int main(int argc, char **argv)
+{
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
+  ::testing::InitGoogleTest(&argc, argv);
+  for (int i = 1; i < argc; i++)
+    if (std::string(argv[i]) == "--verbose-lammps") verbose = true;
+  if (me != 0) {
+    auto &listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  const int rv = RUN_ALL_TESTS();
+  int worst = rv;
+  MPI_Allreduce(&rv, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return worst;
+}
