@@ -62,6 +62,9 @@ PairTorch::~PairTorch()
     memory->destroy(cutsq);
     memory->destroy(cutghost);
   }
+  // older LAMMPS versions do not free map in ~Pair(); newer ones do (nullptr is safe)
+  delete[] map;
+  map = nullptr;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -73,6 +76,7 @@ void PairTorch::allocate()
   memory->create(setflag, n, n, "pair:setflag");
   memory->create(cutsq, n, n, "pair:cutsq");
   memory->create(cutghost, n, n, "pair:cutghost");
+  map = new int[n];
   for (int i = 0; i < n; i++)
     for (int j = 0; j < n; j++) setflag[i][j] = 0;
   type2species.assign(n, -1);
@@ -329,7 +333,8 @@ void PairTorch::compute(int eflag, int vflag)
   in.species = species.data();
 
   try {
-    model_->evaluate(in, *output, eflag_atom != 0);
+    // node energies always come back (O(N) copy): they locate non-finite output
+    model_->evaluate(in, *output, true);
   } catch (std::exception &e) {
     error->one(FLERR, "Pair style torch on step {}: {}", update->ntimestep, e.what());
   }
@@ -384,14 +389,13 @@ void PairTorch::check_finite()
   if (finite) return;
 
   std::vector<tagint> bad;
+  for (std::size_t k = 0; k < output->node_energy.size() && bad.size() < 10; k++)
+    if (!std::isfinite(output->node_energy[k])) bad.push_back(atom->tag[node2atom[k]]);
   for (int64_t e = 0; e < n && bad.size() < 10; e++)
     if (!std::isfinite(g[3 * e]) || !std::isfinite(g[3 * e + 1]) || !std::isfinite(g[3 * e + 2])) {
       const tagint id = atom->tag[node2atom[edge_index[e]]];
       if (std::find(bad.begin(), bad.end(), id) == bad.end()) bad.push_back(id);
     }
-  if (bad.empty())
-    for (std::size_t k = 0; k < output->node_energy.size() && bad.size() < 10; k++)
-      if (!std::isfinite(output->node_energy[k])) bad.push_back(atom->tag[node2atom[k]]);
   error->one(FLERR,
              "Pair style torch: model {} returned a non-finite energy or force on step {}{}{}",
              model_file, update->ntimestep, bad.empty() ? "" : " near atom IDs ",

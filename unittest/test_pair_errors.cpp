@@ -113,7 +113,7 @@ TEST_F(PairTorchErrors, WrongNumberOfElements)
 TEST_F(PairTorchErrors, NotStarStar)
 {
   box();
-  EXPECT_ERROR("requires 'pair_coeff * * model.pt El1 ... El1'", "pair_style torch",
+  EXPECT_ERROR("Pair_coeff must start with * * for pair style torch", "pair_style torch",
                "pair_coeff 1 1 " + potentials + "/lj_Ar.pt Ar");
 }
 
@@ -126,8 +126,9 @@ TEST_F(PairTorchErrors, UnitsMismatch)
 
 TEST_F(PairTorchErrors, NewtonPairOff)
 {
+  cmd("newton off");
   box();
-  EXPECT_ERROR("Pair style torch requires newton pair on", "newton off", "pair_style torch",
+  EXPECT_ERROR("Pair style torch requires newton pair on", "pair_style torch",
                "pair_coeff * * " + potentials + "/lj_Ar.pt Ar", "run 0 post no");
 }
 

@@ -139,6 +139,13 @@ static System sw(bool tri, bool slab = false)
           "pair_style torch\npair_coeff * * " + potentials + "/sw_Si.pt Si", false};
 }
 
+static double max_abs(const std::vector<double> &v)
+{
+  double m = v.empty() ? -1.0 : 0.0;
+  for (double x : v) m = std::max(m, std::fabs(x));
+  return m;
+}
+
 static Snapshot snapshot(Lammps &l, bool centroid)
 {
   Snapshot s;
@@ -149,7 +156,11 @@ static Snapshot snapshot(Lammps &l, bool centroid)
   s.x = l.gather("x", 3);
   s.peatom = l.gather("c_peatom", 1);
   s.satom = l.gather("c_satom", 6);
-  if (centroid) s.csatom = l.gather("c_csatom", 6);
+  if (centroid) s.csatom = l.gather("c_csatom", 9);    // full 3x3 tensor
+  // a failed gather leaves zeros: make sure every array holds real data
+  for (const auto *v : {&s.f, &s.x, &s.peatom, &s.satom, &s.virial})
+    EXPECT_GT(max_abs(*v), 0.0);
+  if (centroid) EXPECT_GT(max_abs(s.csatom), 0.0);
   return s;
 }
 
@@ -167,13 +178,19 @@ static std::vector<Snapshot> simulate(const System &sys, bool use_torch, int nst
     }
   }
   const bool centroid = sys.pairwise;
+  // the reductions in the thermo output make LAMMPS tally the per-atom
+  // quantities on every thermo step
   l.cmds({"neighbor 1.0 bin", "compute peatom all pe/atom", "compute satom all stress/atom NULL virial",
           "compute press all pressure NULL virial",
           "compute sums all reduce sum c_peatom c_satom[1] c_satom[2] c_satom[3] c_satom[4] "
           "c_satom[5] c_satom[6]",
-          "thermo_style custom step pe press c_press[*] c_sums[*]", "fix nve all nve",
-          "timestep 0.002"});
-  if (centroid) l.cmd("compute csatom all centroid/stress/atom NULL virial");
+          "fix nve all nve", "timestep 0.002"});
+  if (centroid)
+    l.cmds({"compute csatom all centroid/stress/atom NULL virial",
+            "compute csums all reduce sum c_csatom[1] c_csatom[2] c_csatom[3]",
+            "thermo_style custom step pe press c_press[*] c_sums[*] c_csums[*]"});
+  else
+    l.cmd("thermo_style custom step pe press c_press[*] c_sums[*]");
   l.cmd("run 0 post no");
   std::vector<Snapshot> out{snapshot(l, centroid)};
   l.cmd("run " + std::to_string(nsteps) + " post no");

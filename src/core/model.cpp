@@ -102,7 +102,7 @@ std::string read_file(const std::string &path)
 
 std::string content_hash(const std::string &bytes)
 {
-  std::uint64_t h = 1469598103934665603ULL;
+  std::uint64_t h = 14695981039346656037ULL;    // FNV-1a 64-bit offset basis
   for (unsigned char c : bytes) {
     h ^= c;
     h *= 1099511628211ULL;
