@@ -5,6 +5,7 @@
    energy and per-atom virial are compared at run 0 and after a short NVE run.
 ------------------------------------------------------------------------- */
 
+#include "atom.h"
 #include "force.h"
 #include "input.h"
 #include "lammps.h"
@@ -192,6 +193,12 @@ static std::vector<Snapshot> simulate(const System &sys, bool use_torch, int nst
   else
     l.cmd("thermo_style custom step pe press c_press[*] c_sums[*]");
   l.cmd("run 0 post no");
+  if (sys.name.find("slab") != std::string::npos && nprocs > 1) {
+    // the slab layout must really leave a rank without atoms
+    int mine = l.lmp->atom->nlocal, fewest = 0;
+    MPI_Allreduce(&mine, &fewest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    EXPECT_EQ(fewest, 0) << sys.name;
+  }
   std::vector<Snapshot> out{snapshot(l, centroid)};
   l.cmd("run " + std::to_string(nsteps) + " post no");
   out.push_back(snapshot(l, centroid));
