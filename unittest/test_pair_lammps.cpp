@@ -275,6 +275,25 @@ INSTANTIATE_TEST_SUITE_P(Styles, NativeComparison,
                          });
 
 /* ----------------------------------------------------------------------
+   a float32 export runs in single precision and still tracks the native style
+------------------------------------------------------------------------- */
+
+TEST(Float32, StillingerWeber)
+{
+  System sys = sw(false);
+  const auto native = simulate(sys, false, 20);
+  sys.torch = "pair_style torch\npair_coeff * * " + potentials + "/sw_Si_f32.pt Si";
+  const auto single = simulate(sys, true, 20);
+  const double dpe = std::fabs(single[0].pe - native[0].pe) / std::fabs(native[0].pe);
+  const double df = max_rel_dev(single[0].f, native[0].f);
+  EXPECT_LE(dpe, 1e-6);
+  EXPECT_LE(df, 1e-4);
+  EXPECT_GT(df, 1e-12);    // it really ran in float32
+  report("sw float32 run0 pe", dpe);
+  report("sw float32 run0 f", df);
+}
+
+/* ----------------------------------------------------------------------
    message passing: a two-layer model on N ranks against the brute-force
    graph with explicit periodic images evaluated by the core directly
 ------------------------------------------------------------------------- */
