@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mltorch_export import export  # noqa: E402
+from mltorch.export import export  # noqa: E402
 
 
 def node_sum(values: Tensor, index: Tensor, n_nodes: int) -> Tensor:

@@ -90,6 +90,10 @@ if ! .venv/bin/python -c "import torch, numpy" 2>/dev/null; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q "$torch_spec" numpy
 fi
+# the project's own tooling (mltorch-info, exporter, trainer), editable
+if ! .venv/bin/python -c "import mltorch.info" 2>/dev/null; then
+  .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e potentials
+fi
 .venv/bin/python -c "import torch; print('torch', torch.__version__)"
 
 # ---------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "potentials"))
-from mltorch_export import METADATA_NAME, export  # noqa: E402
+from mltorch.export import METADATA_NAME, export  # noqa: E402
 
 
 class NonFinite(nn.Module):
@@ -26,7 +26,7 @@ class NonFinite(nn.Module):
 def main(out):
     os.makedirs(out, exist_ok=True)
     meta = dict(cutoff=5.0, elements=["Ar"], units="metal")
-    export(NonFinite(), os.path.join(out, "nonfinite_Ar.pt"), model_type="always NaN", **meta)
+    export(NonFinite(), os.path.join(out, "nonfinite_Ar.pt"), model_type="always NaN", check=False, **meta)
 
     scripted = torch.jit.script(NonFinite())
     torch.jit.save(scripted, os.path.join(out, "no_metadata.pt"))

@@ -294,50 +294,117 @@ TEST(Float32, StillingerWeber)
 }
 
 /* ----------------------------------------------------------------------
-   message passing: a two-layer model on N ranks against the brute-force
-   graph with explicit periodic images evaluated by the core directly
+   models (analytic toy and the shipped ML models) on N ranks against the
+   brute-force graph with explicit periodic images, evaluated by the core
+   directly: an independent neighbor search on the gathered configuration
 ------------------------------------------------------------------------- */
 
-TEST(MessagePassing, MatchesBruteForceGraph)
+struct ReferenceCase {
+  std::string name, model, elements;
+  std::vector<std::string> setup;
+  int nshell;
+};
+
+static std::vector<std::string> zincblende_sic(bool tri)
 {
+  return {"units metal", "atom_modify map array", "boundary p p p", "lattice diamond 4.3596",
+          tri ? "region box prism 0 2 0 2 0 2 1 1 0" : "region box block 0 2 0 2 0 2",
+          "create_box 2 box",
+          "create_atoms 2 box basis 1 1 basis 2 1 basis 3 1 basis 4 1 basis 5 2 basis 6 2 basis 7 2 basis 8 2",
+          "mass 1 28.0855", "mass 2 12.011", "displace_atoms all random 0.1 0.1 0.1 12345 units box",
+          "velocity all create 600.0 4928459 loop geom"};
+}
+
+static std::vector<ReferenceCase> reference_cases()
+{
+  std::vector<ReferenceCase> cases;
   for (bool tri : {false, true}) {
-    Lammps l;
-    l.cmds(crystal("lattice diamond 5.431", 28.0855, tri, 2));
-    l.cmds({"pair_style torch", "pair_coeff * * " + potentials + "/toy_mp2_Si.pt Si",
-            "compute press all pressure NULL virial", "thermo_style custom step pe vol c_press[*]",
-            "run 0 post no"});
-    const double pe = l.thermo("pe");
-    const auto press = l.compute_vector("press", 6);
-    const auto f = l.gather("f", 3);
-    const auto x = l.gather("x", 3);
-    const double vol = l.thermo("vol");
-    const double nktv2p = l.lmp->force->nktv2p;
-
-    const auto *boxlo = static_cast<double *>(lammps_extract_global(l.lmp, "boxlo"));
-    const auto *boxhi = static_cast<double *>(lammps_extract_global(l.lmp, "boxhi"));
-    const double xy = *static_cast<double *>(lammps_extract_global(l.lmp, "xy"));
-    const double xz = *static_cast<double *>(lammps_extract_global(l.lmp, "xz"));
-    const double yz = *static_cast<double *>(lammps_extract_global(l.lmp, "yz"));
-    std::array<std::array<double, 3>, 3> cell{{{boxhi[0] - boxlo[0], 0, 0},
-                                               {xy, boxhi[1] - boxlo[1], 0},
-                                               {xz, yz, boxhi[2] - boxlo[2]}}};
-    MLTorch::Model model(MLTorch::read_file(potentials + "/toy_mp2_Si.pt"), "toy", "cpu");
-    std::vector<int64_t> species(l.natoms(), 0);
-    const auto ref = MLTorchTest::evaluate_reference(model, x, species, cell, {true, true, true}, 2);
-    std::vector<double> vref(ref.virial.begin(), ref.virial.end()), v(press);
-    for (auto &c : v) c *= vol / nktv2p;
-
-    const double dpe = std::fabs(pe - ref.energy) / std::fabs(ref.energy);
-    const double df = max_rel_dev(f, ref.forces);
-    const double dv = max_rel_dev(v, vref);
-    EXPECT_LE(dpe, 1e-10);
-    EXPECT_LE(df, 1e-10);
-    EXPECT_LE(dv, 1e-10);
-    const std::string tag = std::string("toy_mp2 ") + (tri ? "triclinic" : "ortho");
-    report(tag + " pe", dpe);
-    report(tag + " f", df);
-    report(tag + " virial", dv);
+    const std::string t = tri ? "_triclinic" : "";
+    auto si = crystal("lattice diamond 5.431", 28.0855, tri, 2);
+    cases.push_back({"toy_mp2" + t, "toy_mp2_Si.pt", "Si", si, 2});
+    cases.push_back({"si_local" + t, "si_local.pt", "Si", si, 1});
+    cases.push_back({"si_mp2" + t, "si_mp2.pt", "Si", si, 2});
+    cases.push_back({"sic_local" + t, "sic_local.pt", "Si C", zincblende_sic(tri), 1});
   }
+  return cases;
+}
+
+class ReferenceGraph : public ::testing::TestWithParam<ReferenceCase> {};
+
+TEST_P(ReferenceGraph, MatchesBruteForceGraph)
+{
+  const auto &rc = GetParam();
+  Lammps l;
+  l.cmds(rc.setup);
+  l.cmds({"pair_style torch", "pair_coeff * * " + potentials + "/" + rc.model + " " + rc.elements,
+          "compute press all pressure NULL virial", "thermo_style custom step pe vol c_press[*]",
+          "run 0 post no"});
+  const double pe = l.thermo("pe");
+  const auto press = l.compute_vector("press", 6);
+  const auto f = l.gather("f", 3);
+  const auto x = l.gather("x", 3);
+  std::vector<int> type(l.natoms());
+  lammps_gather(l.lmp, "type", 0, 1, type.data());
+  const double vol = l.thermo("vol");
+  const double nktv2p = l.lmp->force->nktv2p;
+
+  const auto *boxlo = static_cast<double *>(lammps_extract_global(l.lmp, "boxlo"));
+  const auto *boxhi = static_cast<double *>(lammps_extract_global(l.lmp, "boxhi"));
+  const double xy = *static_cast<double *>(lammps_extract_global(l.lmp, "xy"));
+  const double xz = *static_cast<double *>(lammps_extract_global(l.lmp, "xz"));
+  const double yz = *static_cast<double *>(lammps_extract_global(l.lmp, "yz"));
+  std::array<std::array<double, 3>, 3> cell{
+      {{boxhi[0] - boxlo[0], 0, 0}, {xy, boxhi[1] - boxlo[1], 0}, {xz, yz, boxhi[2] - boxlo[2]}}};
+  MLTorch::Model model(MLTorch::read_file(potentials + "/" + rc.model), rc.model, "cpu");
+  std::vector<int64_t> species(type.begin(), type.end());
+  for (auto &sp : species) sp -= 1;    // types listed in the model's element order
+  const auto ref = MLTorchTest::evaluate_reference(model, x, species, cell, {true, true, true}, rc.nshell);
+  std::vector<double> vref(ref.virial.begin(), ref.virial.end()), v(press);
+  for (auto &c : v) c *= vol / nktv2p;
+
+  const double dpe = std::fabs(pe - ref.energy) / std::fabs(ref.energy);
+  const double df = max_rel_dev(f, ref.forces);
+  const double dv = max_rel_dev(v, vref);
+  EXPECT_GT(max_abs(f), 0.0);
+  EXPECT_LE(dpe, 1e-9);
+  EXPECT_LE(df, 1e-9);
+  EXPECT_LE(dv, 1e-9);
+  report(rc.name + " pe", dpe);
+  report(rc.name + " f", df);
+  report(rc.name + " virial", dv);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ReferenceGraph, ::testing::ValuesIn(reference_cases()),
+                         [](const auto &info) { return info.param.name; });
+
+/* ----------------------------------------------------------------------
+   energy conservation with the shipped Si model: 512 atoms, 1 fs, 5 ps NVE
+   (run by its own ctest entry: --gtest_filter=NVE.*)
+------------------------------------------------------------------------- */
+
+TEST(NVE, SiliconLocalModelConservesEnergy)
+{
+  Lammps l;
+  l.cmds({"units metal", "atom_modify map array", "boundary p p p", "lattice diamond 5.431",
+          "region box block 0 4 0 4 0 4", "create_box 1 box", "create_atoms 1 box",
+          "mass 1 28.0855", "velocity all create 600.0 87287 loop geom", "pair_style torch",
+          "pair_coeff * * " + potentials + "/si_local.pt Si", "neighbor 1.0 bin",
+          "timestep 0.001", "fix nve all nve", "thermo 100", "thermo_style custom step temp pe etotal",
+          "run 0 post no"});
+  const double natoms = static_cast<double>(l.natoms());
+  const double e0 = l.thermo("etotal");
+  double worst = 0.0;
+  for (int block = 0; block < 50; block++) {
+    l.cmd("run 100 post no");
+    worst = std::max(worst, std::fabs(l.thermo("etotal") - e0) / natoms);
+  }
+  const double drift = (l.thermo("etotal") - e0) / natoms;
+  if (me == 0)
+    std::printf("[ NVE      ] 512 Si atoms, 5 ps at 1 fs: drift %.3e eV/atom, largest excursion %.3e eV/atom, "
+                "final T %.1f K\n", drift, worst, l.thermo("temp"));
+  EXPECT_LT(std::fabs(drift), 1e-4);
+  EXPECT_LT(worst, 1e-4);
+  EXPECT_GT(l.thermo("temp"), 100.0);    // the crystal really moved
 }
 
 /* ---------------------------------------------------------------------- */

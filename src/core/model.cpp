@@ -179,7 +179,7 @@ Model::Model(const std::string &bytes, const std::string &source, const std::str
   }
   if (extra[kMetadataName].empty())
     throw ModelError("Model file " + source + " has no ML-TORCH metadata (" + kMetadataName +
-                     "); export it with potentials/mltorch_export.py");
+                     "); export it with mltorch.export (potentials/mltorch)");
   impl->meta = parse_metadata(extra[kMetadataName], source);
   impl->dtype = impl->meta.dtype == "float32" ? torch::kFloat32 : torch::kFloat64;
   if (!impl->module.find_method("forward"))

@@ -1,0 +1,164 @@
+"""Tests of the Python tooling (potentials/mltorch): exporter checks, model
+inspection, and the LAMMPS reference-data pipeline.
+
+Run: python unittest/test_python.py -v   (ctest does; ML_TORCH_LMP
+names the lmp executable for the data test).
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+import warnings
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+here = os.path.dirname(os.path.abspath(__file__))
+root = os.path.dirname(here)
+sys.path.insert(0, os.path.join(root, "potentials"))
+warnings.filterwarnings("ignore", category=FutureWarning)
+
+from mltorch import lammps_data  # noqa: E402
+from mltorch.export import ExportError, export, read_metadata  # noqa: E402
+from mltorch.graph import build_graph, evaluate  # noqa: E402
+from mltorch.models import LocalMBNet, MPNet  # noqa: E402
+
+
+def pair_energy(edge_vectors: Tensor, edge_index: Tensor, n: int) -> Tensor:
+    r = torch.linalg.norm(edge_vectors, dim=1)
+    out = torch.zeros(n, dtype=edge_vectors.dtype)
+    return out.index_add(0, edge_index[0], torch.exp(-r))
+
+
+class Good(nn.Module):
+    def forward(self, edge_vectors: Tensor, edge_index: Tensor, species: Tensor, n_local: int) -> Tensor:
+        return pair_energy(edge_vectors, edge_index, species.size(0))
+
+
+class Detached(nn.Module):
+    def forward(self, edge_vectors: Tensor, edge_index: Tensor, species: Tensor, n_local: int) -> Tensor:
+        return pair_energy(edge_vectors.detach(), edge_index, species.size(0))
+
+
+class NotInvariant(nn.Module):
+    def forward(self, edge_vectors: Tensor, edge_index: Tensor, species: Tensor, n_local: int) -> Tensor:
+        out = torch.zeros(species.size(0), dtype=edge_vectors.dtype)
+        return out.index_add(0, edge_index[0], torch.exp(-edge_vectors[:, 0] ** 2))
+
+
+class Scalar(nn.Module):
+    def forward(self, edge_vectors: Tensor, edge_index: Tensor, species: Tensor, n_local: int) -> Tensor:
+        return pair_energy(edge_vectors, edge_index, species.size(0)).sum()
+
+
+class Exporter(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+        self.path = os.path.join(self.tmp, "m.pt")
+        self.meta = dict(cutoff=3.0, elements=["Si"], units="metal")
+
+    def refused(self, module, text, **kw):
+        meta = dict(self.meta, **kw)
+        with self.assertRaises(ExportError) as ctx:
+            export(module, self.path, **meta)
+        self.assertIn(text, str(ctx.exception))
+        self.assertFalse(os.path.exists(self.path))
+
+    def test_accepts_and_records_metadata(self):
+        meta = export(Good(), self.path, model_type="test", **self.meta)
+        stored = read_metadata(self.path)
+        self.assertEqual(stored, meta)
+        self.assertEqual(stored["format_version"], 1)
+        self.assertEqual(len(stored["content_hash"]), 64)
+        self.assertEqual(stored["dtype"], "float64")
+
+    def test_refuses_non_conservative_output(self):
+        self.refused(Detached(), "does not depend on edge_vectors through autograd")
+
+    def test_refuses_rotation_dependence(self):
+        self.refused(NotInvariant(), "not rotation invariant")
+
+    def test_refuses_wrong_output_shape(self):
+        self.refused(Scalar(), "must return per-atom energies of shape")
+
+    def test_refuses_bad_metadata(self):
+        self.refused(Good(), "cutoff must be a positive number", cutoff=-1.0)
+        self.refused(Good(), "distinct element names", elements=["Si", "Si"])
+        self.refused(Good(), "units must be a LAMMPS unit style", units="eV")
+        self.refused(Good(), "dtype must be one of", dtype="float16")
+        self.refused(Good(), "num_interaction_layers must be >= 1", num_interaction_layers=0)
+
+    def test_ml_models_export_in_both_precisions(self):
+        for model, layers in ((LocalMBNet(4.0, 2), 1), (MPNet(4.0, 2, num_layers=3), 3)):
+            for dtype in ("float64", "float32"):
+                meta = export(model, self.path, cutoff=4.0, elements=["Si", "C"], units="metal",
+                              dtype=dtype, num_interaction_layers=layers)
+                self.assertEqual(meta["dtype"], dtype)
+
+    def test_info_command(self):
+        export(Good(), self.path, model_type="test-model", **self.meta)
+        out = subprocess.run([sys.executable, "-m", "mltorch.info", self.path], capture_output=True,
+                             text=True, cwd=os.path.join(root, "potentials"))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("model_type               test-model", out.stdout)
+        self.assertIn("cutoff                   3.0", out.stdout)
+        bad = subprocess.run([sys.executable, "-m", "mltorch.info",
+                              os.path.join(here, "models", "no_metadata.pt")],
+                             capture_output=True, text=True, cwd=os.path.join(root, "potentials"))
+        self.assertEqual(bad.returncode, 1)
+        self.assertIn("no ML-TORCH metadata", bad.stderr)
+
+
+class Graph(unittest.TestCase):
+    def test_message_passing_graph_is_complete(self):
+        # a 2-layer model needs image nodes out to 2 cutoffs and their edges
+        pos = torch.rand(20, 3, dtype=torch.float64) * 6.0
+        cell = torch.eye(3, dtype=torch.float64) * 6.0
+        g1 = build_graph(pos, cell, torch.zeros(20, dtype=torch.int64), 3.0, 1)
+        g2 = build_graph(pos, cell, torch.zeros(20, dtype=torch.int64), 3.0, 2)
+        self.assertGreater(g2.species.shape[0], g1.species.shape[0])
+        model = MPNet(3.0, 1, num_layers=2).double()
+        e_small, _, _ = evaluate(model, build_graph(pos, cell, torch.zeros(20, dtype=torch.int64), 3.0, 2), pos, cell)
+        e_big, _, _ = evaluate(model, build_graph(pos, cell, torch.zeros(20, dtype=torch.int64), 3.0, 3), pos, cell)
+        self.assertAlmostEqual(float(e_small), float(e_big), delta=1e-10 * abs(float(e_big)))
+
+
+@unittest.skipUnless(os.environ.get("ML_TORCH_LMP"), "ML_TORCH_LMP (the lmp executable) not set")
+class ReferenceData(unittest.TestCase):
+    def test_labels_match_independent_evaluation(self):
+        """LAMMPS sw labels == potentials/sw_Si.pt on the Python graph, incl. strained boxes."""
+        script = """
+units metal
+atom_style atomic
+atom_modify map array
+lattice diamond 5.431
+region box prism 0 2 0 2 0 2 0 0 0
+create_box 1 box
+create_atoms 1 box
+mass 1 28.0855
+pair_style sw
+pair_coeff * * {pot}/Si.sw Si
+velocity all create 1500 4928459 loop geom
+{{sample}}
+fix md all nvt temp 1500 1500 0.1
+run 300
+change_box all x scale 0.97 xy final 0.4 remap
+run 300
+""".format(pot=os.path.join(os.environ.get("LAMMPS_POTENTIALS", "")))
+        work = tempfile.mkdtemp()
+        frames = lammps_data.run(os.environ["ML_TORCH_LMP"], script, work, every=50)
+        self.assertGreaterEqual(len(frames), 12)
+        model = torch.jit.load(os.path.join(root, "potentials", "sw_Si.pt"))
+        for f in frames:
+            g = build_graph(f.pos, f.cell, np.zeros(len(f.types), dtype=np.int64), 1.8 * 2.0951, 1)
+            e, forces, virial = evaluate(model, g, torch.tensor(f.pos), torch.tensor(f.cell))
+            self.assertLess(abs(float(e) - f.energy), 1e-8 * abs(f.energy))
+            self.assertLess(np.abs(forces.detach().numpy() - f.forces).max(), 1e-7)
+            self.assertLess(np.abs(virial.detach().numpy() - f.virial).max(), 1e-7)
+
+
+if __name__ == "__main__":
+    unittest.main()
