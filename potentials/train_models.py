@@ -86,10 +86,11 @@ SYSTEMS = {
 }
 
 MODELS = {
-    # name: (system, architecture, layers, cutoff, epochs)
-    "si_local": ("si", "local", 1, 4.0, 300),
-    "si_mp2": ("si", "mp", 2, 4.0, 300),
-    "sic_local": ("sic", "local", 1, 4.0, 300),
+    # name: (system, architecture, layers, cutoff, epochs, architecture options)
+    "si_local": ("si", "local", 1, 4.0, 1000, {}),
+    "si_mp2": ("si", "mp", 2, 4.0, 1000, {}),
+    # Tersoff's switching regions are 0.3 A wide and end at 3.0 A: finer radial basis
+    "sic_local": ("sic", "local", 1, 3.2, 1000, {"n_basis": 16}),
 }
 
 
@@ -102,7 +103,8 @@ def generate(lmp, system, workdir):
     return frames
 
 
-def card(name, meta, system, arch, layers, n_train, n_val, metrics, train_metrics, minutes, seconds):
+def card(name, meta, system, arch, layers, n_train, n_val, metrics, train_metrics, minutes, seconds,
+         volume_per_atom):
     s = SYSTEMS[system]
     return f"""# Model card: {name}.pt
 
@@ -129,7 +131,7 @@ solid at {s["t_amorph"]} and {s["t_mid"]} K. Split: {n_train} training and {n_va
 | --- | --- |
 | energy | {metrics["energy_rmse_eV_per_atom"] * 1000:.2f} meV/atom |
 | force components | {metrics["force_rmse_eV_per_A"]:.4f} eV/A |
-| virial (stress x volume / atoms) | {metrics["virial_rmse_eV_per_atom"] * 1000:.2f} meV/atom |
+| virial (stress x volume / atoms) | {metrics["virial_rmse_eV_per_atom"] * 1000:.2f} meV/atom (stress: {metrics["virial_rmse_eV_per_atom"] / volume_per_atom * 160.21766:.3f} GPa at {volume_per_atom:.1f} A^3/atom) |
 
 Training set: energy {train_metrics["energy_rmse_eV_per_atom"] * 1000:.2f} meV/atom, forces
 {train_metrics["force_rmse_eV_per_A"]:.4f} eV/A, virial {train_metrics["virial_rmse_eV_per_atom"] * 1000:.2f} meV/atom.
@@ -158,7 +160,7 @@ def main():
     lmp = os.path.abspath(args.lmp)
     frames_of = {}
     for name in args.only:
-        system, arch, layers, cutoff, epochs = MODELS[name]
+        system, arch, layers, cutoff, epochs, options = MODELS[name]
         if system not in frames_of:
             frames_of[system] = generate(lmp, system, os.path.abspath(args.workdir))
         frames = frames_of[system]
@@ -172,9 +174,9 @@ def main():
         trn = [samples[i] for i in idx[n_val:]]
         torch.manual_seed(0)
         if arch == "local":
-            model = LocalMBNet(cutoff, len(elements)).double()
+            model = LocalMBNet(cutoff, len(elements), **options).double()
         else:
-            model = MPNet(cutoff, len(elements), num_layers=layers).double()
+            model = MPNet(cutoff, len(elements), num_layers=layers, **options).double()
         fit_energy_shift(model, trn, len(elements))
         scale_features(model, trn)
         print(f"== {name}: {len(frames)} frames ({len(trn)} train, {len(val)} validation), "
@@ -183,6 +185,7 @@ def main():
         train(model, trn, val, epochs=epochs, max_minutes=args.minutes,
               log=lambda s: print(s, flush=True))
         seconds = time.time() - t0
+        volume_per_atom = sum(abs(float(torch.det(v.cell))) / v.n for v in val) / len(val)
         metrics = errors(model, val)
         train_metrics = errors(model, trn)
         extra = {"n_parameters": sum(p.numel() for p in model.parameters()),
@@ -194,7 +197,7 @@ def main():
         model.double()
         with open(os.path.join(args.out, name + ".md"), "w") as f:
             f.write(card(name, meta, system, arch, layers, len(trn), len(val), metrics, train_metrics,
-                         args.minutes, seconds))
+                         args.minutes, seconds, volume_per_atom))
         print(json.dumps({name: metrics}), flush=True)
 
 

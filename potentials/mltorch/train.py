@@ -105,11 +105,17 @@ def train(model, train_set, val_set, *, epochs, batch=4, lr=1e-2, lr_final=3e-4,
           weights=(10.0, 1.0, 0.1), seed=0, log=print, max_minutes=None):
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    gamma = (lr_final / lr) ** (1.0 / max(1, epochs))
-    sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma)
+    # the learning rate decays exponentially from lr to lr_final over the
+    # run: over the epochs, or over the time budget when one is given
+    budget = 60.0 * max_minutes if max_minutes else None
     w_e, w_f, w_w = weights
     start = time.time()
+    current_lr = lr
     for epoch in range(epochs):
+        progress = (time.time() - start) / budget if budget else epoch / max(1, epochs)
+        current_lr = lr * (lr_final / lr) ** min(1.0, progress)
+        for group in opt.param_groups:
+            group["lr"] = current_lr
         perm = torch.randperm(len(train_set), generator=gen).tolist()
         total = 0.0
         for i in range(0, len(perm), batch):
@@ -124,13 +130,12 @@ def train(model, train_set, val_set, *, epochs, batch=4, lr=1e-2, lr_final=3e-4,
             loss.backward()
             opt.step()
             total += float(loss.detach()) * len(chunk)
-        sched.step()
         if epoch % 10 == 0 or epoch == epochs - 1:
             val = errors(model, val_set)
             log(f"epoch {epoch:4d}  loss {total / len(train_set):.4e}  val E {val['energy_rmse_eV_per_atom']:.4f} "
                 f"F {val['force_rmse_eV_per_A']:.4f} W {val['virial_rmse_eV_per_atom']:.4f}  "
-                f"lr {sched.get_last_lr()[0]:.2e}  {time.time() - start:.0f} s")
-        if max_minutes and time.time() - start > 60 * max_minutes:
+                f"lr {current_lr:.2e}  {time.time() - start:.0f} s")
+        if budget and time.time() - start > budget:
             log(f"stopping after {epoch + 1} epochs: time budget of {max_minutes} min reached")
             break
     return model
