@@ -96,7 +96,9 @@ MODELS = {
 
 def generate(lmp, system, workdir):
     params = dict(SYSTEMS[system])
-    params["pair_file"] = os.path.join(os.environ.get("LAMMPS_POTENTIALS", ""), params["pair_file"])
+    # LAMMPS's potential files: the build links them at build/lammps-potentials
+    potdir = os.path.join(os.path.dirname(os.path.abspath(lmp)), "lammps-potentials")
+    params["pair_file"] = os.path.join(potdir, params["pair_file"])
     script = SCRIPT.format(**{k: v for k, v in params.items() if isinstance(v, (str, int, float))},
                            sample="{sample}")
     frames = lammps_data.run(lmp, script, os.path.join(workdir, system), every=100)
@@ -104,7 +106,7 @@ def generate(lmp, system, workdir):
 
 
 def card(name, meta, system, arch, layers, n_train, n_val, metrics, train_metrics, minutes, seconds,
-         volume_per_atom):
+         volume_per_atom, force_rms):
     s = SYSTEMS[system]
     return f"""# Model card: {name}.pt
 
@@ -130,7 +132,7 @@ solid at {s["t_amorph"]} and {s["t_mid"]} K. Split: {n_train} training and {n_va
 | quantity | RMSE |
 | --- | --- |
 | energy | {metrics["energy_rmse_eV_per_atom"] * 1000:.2f} meV/atom |
-| force components | {metrics["force_rmse_eV_per_A"]:.4f} eV/A |
+| force components (reference RMS force: {force_rms:.2f} eV/A) | {metrics["force_rmse_eV_per_A"]:.4f} eV/A |
 | virial (stress x volume / atoms) | {metrics["virial_rmse_eV_per_atom"] * 1000:.2f} meV/atom (stress: {metrics["virial_rmse_eV_per_atom"] / volume_per_atom * 160.21766:.3f} GPa at {volume_per_atom:.1f} A^3/atom) |
 
 Training set: energy {train_metrics["energy_rmse_eV_per_atom"] * 1000:.2f} meV/atom, forces
@@ -185,6 +187,7 @@ def main():
         train(model, trn, val, epochs=epochs, max_minutes=args.minutes,
               log=lambda s: print(s, flush=True))
         seconds = time.time() - t0
+        force_rms = float(torch.sqrt(torch.cat([v.forces for v in val]).pow(2).mean()))
         volume_per_atom = sum(abs(float(torch.det(v.cell))) / v.n for v in val) / len(val)
         metrics = errors(model, val)
         train_metrics = errors(model, trn)
@@ -197,7 +200,7 @@ def main():
         model.double()
         with open(os.path.join(args.out, name + ".md"), "w") as f:
             f.write(card(name, meta, system, arch, layers, len(trn), len(val), metrics, train_metrics,
-                         args.minutes, seconds, volume_per_atom))
+                         args.minutes, seconds, volume_per_atom, force_rms))
         print(json.dumps({name: metrics}), flush=True)
 
 
