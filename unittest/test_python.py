@@ -25,6 +25,7 @@ from mltorch import lammps_data  # noqa: E402
 from mltorch.export import ExportError, export, read_metadata  # noqa: E402
 from mltorch.graph import build_graph, evaluate  # noqa: E402
 from mltorch.models import LocalMBNet, MPNet  # noqa: E402
+from mltorch.train import batch_predict, errors, fit_energy_shift, prepare, scale_features, train  # noqa: E402
 
 
 def pair_energy(edge_vectors: Tensor, edge_index: Tensor, n: int) -> Tensor:
@@ -151,6 +152,7 @@ run 300
         work = tempfile.mkdtemp()
         frames = lammps_data.run(os.environ["ML_TORCH_LMP"], script, work, every=50)
         self.assertGreaterEqual(len(frames), 12)
+        self.__class__.frames = frames
         model = torch.jit.load(os.path.join(root, "potentials", "sw_Si.pt"))
         for f in frames:
             g = build_graph(f.pos, f.cell, np.zeros(len(f.types), dtype=np.int64), 1.8 * 2.0951, 1)
@@ -158,6 +160,27 @@ run 300
             self.assertLess(abs(float(e) - f.energy), 1e-8 * abs(f.energy))
             self.assertLess(np.abs(forces.detach().numpy() - f.forces).max(), 1e-7)
             self.assertLess(np.abs(virial.detach().numpy() - f.virial).max(), 1e-7)
+
+
+    def test_training_learns_forces(self):
+        """A few epochs on SW frames cut the force error; batching equals one-by-one."""
+        if not hasattr(self.__class__, "frames"):
+            self.test_labels_match_independent_evaluation()
+        samples = prepare(self.__class__.frames, {1: 0}, 3.8, 1)
+        torch.manual_seed(0)
+        model = LocalMBNet(3.8, 1, channels=4, hidden=16).double()
+        fit_energy_shift(model, samples, 1)
+        scale_features(model, samples)
+        e, f, w = batch_predict(model, samples[:3], create_graph=False)
+        for k in range(3):
+            e1, f1, w1 = evaluate(model, samples[k].graph, samples[k].pos, samples[k].cell)
+            self.assertAlmostEqual(float(e[k]), float(e1), delta=1e-10 * abs(float(e1)))
+            self.assertLess(float((f[64 * k:64 * (k + 1)] - f1).abs().max()), 1e-10)
+        before = errors(model, samples)["force_rmse_eV_per_A"]
+        train(model, samples, samples, epochs=15, batch=4, log=lambda s: None)
+        after = errors(model, samples)["force_rmse_eV_per_A"]
+        print(f"\n  training: force RMSE {before:.3f} -> {after:.3f} eV/A", file=sys.stderr)
+        self.assertLess(after, 0.7 * before, f"force RMSE {before:.3f} -> {after:.3f} eV/A")
 
 
 if __name__ == "__main__":

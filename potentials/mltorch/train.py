@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .graph import build_graph
+from .graph import build_graph, edge_vectors
 
 
 @dataclass
@@ -48,9 +48,7 @@ def batch_predict(model, samples, create_graph):
     local_nodes = []
     for b, s in enumerate(samples):
         g = s.graph
-        x = pos[atom_off + g.owner] + g.shift @ s.cell
-        x = x + x @ strain[b]
-        vecs.append(x[g.edge_index[1]] - x[g.edge_index[0]])
+        vecs.append(edge_vectors(g, pos[atom_off:atom_off + s.n], s.cell, strain[b]))
         index.append(g.edge_index + node_off)
         species.append(g.species)
         local_nodes.append(torch.arange(g.n_local) + node_off)
@@ -93,9 +91,8 @@ def scale_features(model, samples):
         feats = []
         for s in samples[: min(len(samples), 32)]:
             g = s.graph
-            x = s.pos[g.owner] + g.shift @ s.cell
-            ev = x[g.edge_index[1]] - x[g.edge_index[0]]
-            f, _ = model.descriptor(ev, g.edge_index, g.species, g.species.shape[0])
+            f, _ = model.descriptor(edge_vectors(g, s.pos, s.cell), g.edge_index, g.species,
+                                    g.species.shape[0])
             feats.append(f[: s.n])
         std = torch.cat(feats).std(dim=0)
         model.feature_scale.copy_(1.0 / torch.clamp(std, min=1e-6))
