@@ -132,6 +132,8 @@ std::string libtorch_version()
 
 struct Model::Impl {
   torch::jit::Module module;
+  // training state between forward_train and backward_train
+  torch::Tensor train_energy, train_forces;
   Metadata meta;
   torch::Device device{torch::kCPU};
   torch::Dtype dtype = torch::kFloat64;
@@ -255,6 +257,77 @@ void Model::evaluate(const GraphInput &in, GraphOutput &out, bool want_node_ener
   for (int64_t i = 0; i < in.n_local; ++i) sum += e[i];
   out.energy = sum;
   if (want_node_energy) out.node_energy.assign(e, e + in.n_local);
+}
+
+/* ---------------------------------------------------------------------- */
+
+void Model::forward_train(const GraphInput &in, double &energy, std::vector<double> &node_forces)
+{
+  const auto dev = impl->device;
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  auto edge_vec = torch::from_blob(const_cast<double *>(in.edge_vectors), {in.n_edges, 3}, f64)
+                      .to(dev, impl->dtype)
+                      .requires_grad_(true);
+  auto edge_index =
+      torch::from_blob(const_cast<int64_t *>(in.edge_index), {2, in.n_edges}, i64).to(dev);
+  auto species = torch::from_blob(const_cast<int64_t *>(in.species), {in.n_nodes}, i64).to(dev);
+  std::vector<torch::jit::IValue> args{edge_vec, edge_index, species, in.n_local};
+  auto node_energy = impl->module.forward(args).toTensor();
+  auto total = node_energy.slice(0, 0, in.n_local).sum();
+
+  // partial forces with create_graph, so that they stay differentiable in the parameters
+  torch::Tensor forces = torch::zeros({in.n_nodes, 3}, edge_vec.options().requires_grad(false));
+  if (in.n_edges > 0 && total.requires_grad()) {
+    auto g = torch::autograd::grad({total}, {edge_vec}, {}, /*retain_graph=*/true,
+                                   /*create_graph=*/true, /*allow_unused=*/true)[0];
+    if (g.defined())
+      forces = forces.index_add(0, edge_index[0], g).index_add(0, edge_index[1], -g);
+  }
+  impl->train_energy = total;
+  impl->train_forces = forces;
+  energy = total.item<double>();
+  auto host = forces.detach().to(torch::kCPU, torch::kFloat64).contiguous();
+  node_forces.assign(host.data_ptr<double>(), host.data_ptr<double>() + 3 * in.n_nodes);
+}
+
+void Model::backward_train(const std::vector<double> &node_force_weights, double energy_weight)
+{
+  if (!impl->train_energy.defined()) throw ModelError("backward_train() without forward_train()");
+  auto &F = impl->train_forces;
+  auto w = torch::from_blob(const_cast<double *>(node_force_weights.data()), F.sizes(),
+                            torch::TensorOptions().dtype(torch::kFloat64))
+               .to(F.device(), F.scalar_type());
+  auto objective = (w * F).sum() + energy_weight * impl->train_energy;
+  if (objective.requires_grad()) objective.backward();
+  impl->train_energy = torch::Tensor();
+  impl->train_forces = torch::Tensor();
+}
+
+int64_t Model::num_parameters() const
+{
+  int64_t n = 0;
+  for (const auto &p : impl->module.parameters()) n += p.numel();
+  return n;
+}
+
+void Model::zero_grad()
+{
+  for (auto p : impl->module.parameters())
+    if (p.grad().defined()) p.mutable_grad().zero_();
+}
+
+std::vector<double> Model::flat_gradient() const
+{
+  std::vector<double> out;
+  out.reserve(num_parameters());
+  for (const auto &p : impl->module.parameters()) {
+    // an unused parameter contributes zeros, so every rank reduces the same layout
+    auto g = p.grad().defined() ? p.grad() : torch::zeros_like(p);
+    auto h = g.detach().to(torch::kCPU, torch::kFloat64).contiguous().flatten();
+    out.insert(out.end(), h.data_ptr<double>(), h.data_ptr<double>() + h.numel());
+  }
+  return out;
 }
 
 }    // namespace MLTorch

@@ -73,6 +73,22 @@ class Model {
   // Energy and dE/dr_ij by one autograd pass; node energies on request.
   void evaluate(const GraphInput &in, GraphOutput &out, bool want_node_energy) const;
 
+  // --- training support (the distributed gradient of DESIGN.md) ---------
+  // Stage 1: energy of nodes [0, n_local) and the partial force this graph
+  // puts on every node, node_forces [n_nodes][3] (F_i += g_ij, F_j -= g_ij),
+  // keeping the autograd graph for stage 2.
+  void forward_train(const GraphInput &in, double &energy, std::vector<double> &node_forces);
+  // Stage 2: add to the parameter gradients
+  //   d/dtheta [ sum_a node_force_weights[a] . F_a + energy_weight * E ]
+  // for the graph of the last forward_train, then release it.  With
+  // weights 2 R_a (the owner's force residual, also on ghost copies) and
+  // 2 (E - E_ref), the sum over ranks is the gradient of the whole loss.
+  void backward_train(const std::vector<double> &node_force_weights, double energy_weight);
+  int64_t num_parameters() const;
+  void zero_grad();
+  // parameter gradients, flattened in the module's fixed parameter order
+  std::vector<double> flat_gradient() const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl;
