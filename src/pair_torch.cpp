@@ -168,8 +168,8 @@ void PairTorch::coeff(int narg, char **arg)
   MPI_Bcast(&nbytes, 1, MPI_LMP_BIGINT, 0, world);
   bytes.resize(nbytes);
   for (bigint off = 0; off < nbytes; off += BCAST_CHUNK) {
-    const int len = static_cast<int>(MIN(BCAST_CHUNK, nbytes - off));
-    MPI_Bcast(bytes.data() + off, len, MPI_CHAR, 0, world);
+    const int chunk = static_cast<int>(MIN(BCAST_CHUNK, nbytes - off));
+    MPI_Bcast(bytes.data() + off, chunk, MPI_CHAR, 0, world);
   }
 
   std::unique_ptr<MLTorch::Model> loaded;
