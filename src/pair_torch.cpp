@@ -223,6 +223,14 @@ void PairTorch::init_style()
                "use 'units {}' or a model exported for {} units",
                model_file, meta.units, update->unit_style, meta.units, update->unit_style);
 
+  // pair_style hybrid takes its ghost-neighbor flag from its sub-styles when
+  // it is defined, before pair_coeff tells us the model's depth
+  if (nlayers > 1 && force->pair != this)
+    error->all(FLERR,
+               "Pair style torch: message-passing model {} ({} layers) cannot be a pair_style "
+               "hybrid sub-style; use it as the only pair style",
+               model_file, nlayers);
+
   MLTorchCompat::request_full_list(neighbor, this, nlayers > 1);
 
   // a model with L message-passing layers sees atoms L cutoffs away:
