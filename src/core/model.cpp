@@ -201,40 +201,54 @@ std::string Model::device() const
   return impl->device.str();
 }
 
-void Model::evaluate(const GraphInput &in, GraphOutput &out, bool want_node_energy) const
+// Graph tensors for the model and its forward pass, with the contract checks
+struct ForwardPass {
+  torch::Tensor edge_vec, edge_index, local_energy;
+};
+
+static ForwardPass run_forward(torch::jit::Module &module, const GraphInput &in,
+                               const torch::Device &dev, torch::Dtype dtype, const std::string &source)
 {
-  const auto dev = impl->device;
   const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
 
   // from_blob wraps the caller's buffers without copying; .to() copies only
   // when the dtype or device differs from the host double/int64 layout
-  auto edge_vec = torch::from_blob(const_cast<double *>(in.edge_vectors), {in.n_edges, 3}, f64)
-                      .to(dev, impl->dtype)
-                      .requires_grad_(true);
-  auto edge_index =
+  ForwardPass fp;
+  fp.edge_vec = torch::from_blob(const_cast<double *>(in.edge_vectors), {in.n_edges, 3}, f64)
+                    .to(dev, dtype)
+                    .requires_grad_(true);
+  fp.edge_index =
       torch::from_blob(const_cast<int64_t *>(in.edge_index), {2, in.n_edges}, i64).to(dev);
   auto species = torch::from_blob(const_cast<int64_t *>(in.species), {in.n_nodes}, i64).to(dev);
 
-  std::vector<torch::jit::IValue> args{edge_vec, edge_index, species, in.n_local};
+  std::vector<torch::jit::IValue> args{fp.edge_vec, fp.edge_index, species, in.n_local};
   torch::Tensor node_energy;
   try {
-    auto result = impl->module.forward(args);
+    auto result = module.forward(args);
     if (!result.isTensor())
-      throw ModelError("Model " + impl->source + ": forward() must return a tensor of per-atom energies");
+      throw ModelError("Model " + source + ": forward() must return a tensor of per-atom energies");
     node_energy = result.toTensor();
   } catch (ModelError &) {
     throw;
   } catch (std::exception &e) {
     std::string what = e.what();
-    throw ModelError("Model " + impl->source + " failed in forward(): " + what);
+    throw ModelError("Model " + source + " failed in forward(): " + what);
   }
   if (node_energy.dim() != 1 || node_energy.size(0) < in.n_local)
-    throw ModelError("Model " + impl->source + ": forward() returned a tensor of shape " +
+    throw ModelError("Model " + source + ": forward() returned a tensor of shape " +
                      c10::str(node_energy.sizes()) + ", expected per-atom energies of shape [" +
                      std::to_string(in.n_local) + "] or [" + std::to_string(in.n_nodes) + "]");
+  fp.local_energy = node_energy.slice(0, 0, in.n_local);
+  return fp;
+}
 
-  auto local_energy = node_energy.slice(0, 0, in.n_local);
+void Model::evaluate(const GraphInput &in, GraphOutput &out, bool want_node_energy) const
+{
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  auto fp = run_forward(impl->module, in, impl->device, impl->dtype, impl->source);
+  auto &edge_vec = fp.edge_vec;
+  auto &local_energy = fp.local_energy;
   auto total = local_energy.sum();
 
   torch::Tensor grad;
@@ -263,18 +277,10 @@ void Model::evaluate(const GraphInput &in, GraphOutput &out, bool want_node_ener
 
 void Model::forward_train(const GraphInput &in, double &energy, std::vector<double> &node_forces)
 {
-  const auto dev = impl->device;
-  const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
-  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
-  auto edge_vec = torch::from_blob(const_cast<double *>(in.edge_vectors), {in.n_edges, 3}, f64)
-                      .to(dev, impl->dtype)
-                      .requires_grad_(true);
-  auto edge_index =
-      torch::from_blob(const_cast<int64_t *>(in.edge_index), {2, in.n_edges}, i64).to(dev);
-  auto species = torch::from_blob(const_cast<int64_t *>(in.species), {in.n_nodes}, i64).to(dev);
-  std::vector<torch::jit::IValue> args{edge_vec, edge_index, species, in.n_local};
-  auto node_energy = impl->module.forward(args).toTensor();
-  auto total = node_energy.slice(0, 0, in.n_local).sum();
+  auto fp = run_forward(impl->module, in, impl->device, impl->dtype, impl->source);
+  auto &edge_vec = fp.edge_vec;
+  auto &edge_index = fp.edge_index;
+  auto total = fp.local_energy.sum();
 
   // partial forces with create_graph, so that they stay differentiable in the parameters
   torch::Tensor forces = torch::zeros({in.n_nodes, 3}, edge_vec.options().requires_grad(false));
