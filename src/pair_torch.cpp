@@ -181,6 +181,7 @@ void PairTorch::coeff(int narg, char **arg)
   }
   collective_check(ok, message);
   model_ = std::move(loaded);
+  model_hash_ = MLTorch::content_hash(bytes);
   const auto &meta = model_->metadata();
 
   // element names -> model species
@@ -204,7 +205,7 @@ void PairTorch::coeff(int narg, char **arg)
                    "{} interaction layer(s), units {}, device {}, hash {})\n",
                    model_file, meta.model_type.empty() ? "model" : meta.model_type, meta.dtype,
                    meta.format_version, join_words(meta.elements), meta.cutoff, nlayers,
-                   meta.units, model_->device(), MLTorch::content_hash(bytes));
+                   meta.units, model_->device(), model_hash_);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -327,18 +328,33 @@ void PairTorch::build_graph()
 
 /* ---------------------------------------------------------------------- */
 
-void PairTorch::compute(int eflag, int vflag)
+void PairTorch::graph_input(MLTorch::GraphInput &in) const
 {
-  ev_init(eflag, vflag);
-  build_graph();
-
-  MLTorch::GraphInput in;
   in.n_nodes = static_cast<int64_t>(node2atom.size());
   in.n_local = ncounted;
   in.n_edges = static_cast<int64_t>(edge_nbr.size());
   in.edge_vectors = edge_vec.data();
   in.edge_index = edge_index.data();
   in.species = species.data();
+}
+
+/* ---------------------------------------------------------------------- */
+
+void PairTorch::training_graph(MLTorch::GraphInput &in)
+{
+  build_graph();
+  graph_input(in);
+}
+
+/* ---------------------------------------------------------------------- */
+
+void PairTorch::compute(int eflag, int vflag)
+{
+  ev_init(eflag, vflag);
+  build_graph();
+
+  MLTorch::GraphInput in;
+  graph_input(in);
 
   try {
     // node energies always come back (O(N) copy): they locate non-finite output

@@ -24,6 +24,7 @@ PairStyle(torch,PairTorch);
 
 namespace MLTorch {
 class Model;
+struct GraphInput;
 struct GraphOutput;
 }    // namespace MLTorch
 
@@ -43,10 +44,19 @@ class PairTorch : public Pair {
 
   // the loaded model (nullptr before pair_coeff); used by fixes
   MLTorch::Model *model() { return model_.get(); }
+  // for fix torch/finetune: the graph of the current step, built from the
+  // current neighbor list exactly as compute() builds it; graph_atoms()
+  // maps its nodes to local/ghost atom indices
+  void training_graph(MLTorch::GraphInput &in);
+  const std::vector<int> &graph_atoms() const { return node2atom; }
+  int species_of_type(int type) const { return type2species[type]; }
+  const std::string &model_hash() const { return model_hash_; }
+  const std::string &model_path() const { return model_file; }
 
  protected:
   std::unique_ptr<MLTorch::Model> model_;
   std::string model_file;
+  std::string model_hash_;    // content hash of the loaded file's bytes
   std::string device_name;    // torch device, "cpu" unless the device keyword says otherwise
   int nthreads;               // torch intra-op threads; 0 = LAMMPS default
   double cutoff;              // model cutoff
@@ -64,6 +74,7 @@ class PairTorch : public Pair {
 
   virtual void allocate();
   void build_graph();
+  void graph_input(MLTorch::GraphInput &in) const;
   void check_finite();
   void collective_check(bool ok, const std::string &message);
 };

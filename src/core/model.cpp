@@ -14,8 +14,11 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
+
+#include <unistd.h>
 
 namespace MLTorch {
 
@@ -133,7 +136,7 @@ std::string libtorch_version()
 struct Model::Impl {
   torch::jit::Module module;
   // training state between forward_train and backward_train
-  torch::Tensor train_energy, train_forces;
+  torch::Tensor train_energy, train_forces, train_virial;
   Metadata meta;
   torch::Device device{torch::kCPU};
   torch::Dtype dtype = torch::kFloat64;
@@ -275,8 +278,10 @@ void Model::evaluate(const GraphInput &in, GraphOutput &out, bool want_node_ener
 
 /* ---------------------------------------------------------------------- */
 
-void Model::forward_train(const GraphInput &in, double &energy, std::vector<double> &node_forces)
+void Model::forward_train(const GraphInput &in, double &energy, std::vector<double> &node_forces,
+                          double *virial)
 {
+  impl->train_virial = torch::Tensor();
   auto fp = run_forward(impl->module, in, impl->device, impl->dtype, impl->source);
   auto &edge_vec = fp.edge_vec;
   auto &edge_index = fp.edge_index;
@@ -287,8 +292,19 @@ void Model::forward_train(const GraphInput &in, double &energy, std::vector<doub
   if (in.n_edges > 0 && total.requires_grad()) {
     auto g = torch::autograd::grad({total}, {edge_vec}, {}, /*retain_graph=*/true,
                                    /*create_graph=*/true, /*allow_unused=*/true)[0];
-    if (g.defined())
+    if (g.defined()) {
       forces = forces.index_add(0, edge_index[0], g).index_add(0, edge_index[1], -g);
+      // W = -sum_e r_e (x) g_e; r_e is data here, g_e depends on the parameters
+      auto r = edge_vec.detach();
+      auto rg = -(r.unsqueeze(2) * g.unsqueeze(1)).sum(0);    // [3][3]
+      impl->train_virial = torch::stack({rg[0][0], rg[1][1], rg[2][2], rg[0][1], rg[0][2], rg[1][2]});
+    }
+  }
+  if (!impl->train_virial.defined() || in.n_edges == 0)
+    impl->train_virial = torch::zeros({6}, edge_vec.options().requires_grad(false));
+  if (virial) {
+    auto v = impl->train_virial.detach().to(torch::kCPU, torch::kFloat64).contiguous();
+    for (int k = 0; k < 6; ++k) virial[k] = v.data_ptr<double>()[k];
   }
   impl->train_energy = total;
   impl->train_forces = forces;
@@ -297,17 +313,28 @@ void Model::forward_train(const GraphInput &in, double &energy, std::vector<doub
   node_forces.assign(host.data_ptr<double>(), host.data_ptr<double>() + 3 * in.n_nodes);
 }
 
-void Model::backward_train(const std::vector<double> &node_force_weights, double energy_weight)
+void Model::backward_train(const std::vector<double> &node_force_weights, double energy_weight,
+                           const double *virial_weights)
 {
   if (!impl->train_energy.defined()) throw ModelError("backward_train() without forward_train()");
   auto &F = impl->train_forces;
   auto w = torch::from_blob(const_cast<double *>(node_force_weights.data()), F.sizes(),
                             torch::TensorOptions().dtype(torch::kFloat64))
                .to(F.device(), F.scalar_type());
+  if (static_cast<int64_t>(node_force_weights.size()) != F.numel())
+    throw ModelError("backward_train(): " + std::to_string(node_force_weights.size()) +
+                     " force weights for " + std::to_string(F.numel()) + " force components");
   auto objective = (w * F).sum() + energy_weight * impl->train_energy;
+  if (virial_weights) {
+    auto c = torch::from_blob(const_cast<double *>(virial_weights), {6},
+                              torch::TensorOptions().dtype(torch::kFloat64))
+                 .to(F.device(), F.scalar_type());
+    objective = objective + (c * impl->train_virial).sum();
+  }
   if (objective.requires_grad()) objective.backward();
   impl->train_energy = torch::Tensor();
   impl->train_forces = torch::Tensor();
+  impl->train_virial = torch::Tensor();
 }
 
 int64_t Model::num_parameters() const
@@ -323,17 +350,217 @@ void Model::zero_grad()
     if (p.grad().defined()) p.mutable_grad().zero_();
 }
 
-std::vector<double> Model::flat_gradient() const
+std::vector<double> Model::flat_gradient(bool trainable_only) const
 {
   std::vector<double> out;
   out.reserve(num_parameters());
   for (const auto &p : impl->module.parameters()) {
+    if (trainable_only && !p.requires_grad()) continue;
     // an unused parameter contributes zeros, so every rank reduces the same layout
     auto g = p.grad().defined() ? p.grad() : torch::zeros_like(p);
     auto h = g.detach().to(torch::kCPU, torch::kFloat64).contiguous().flatten();
     out.insert(out.end(), h.data_ptr<double>(), h.data_ptr<double>() + h.numel());
   }
   return out;
+}
+
+
+/* ---------------------------------------------------------------------- */
+
+std::vector<std::string> Model::parameter_names() const
+{
+  std::vector<std::string> names;
+  for (const auto &p : impl->module.named_parameters()) names.push_back(p.name);
+  return names;
+}
+
+std::vector<int64_t> Model::parameter_sizes() const
+{
+  std::vector<int64_t> sizes;
+  for (const auto &p : impl->module.parameters()) sizes.push_back(p.numel());
+  return sizes;
+}
+
+void Model::set_trainable(const std::vector<bool> &mask)
+{
+  std::size_t k = 0;
+  for (auto p : impl->module.parameters()) {
+    if (k >= mask.size()) throw ModelError("set_trainable(): mask shorter than the parameter list");
+    p.requires_grad_(mask[k++]);
+    if (p.grad().defined()) p.mutable_grad() = torch::Tensor();
+  }
+}
+
+std::vector<bool> Model::trainable() const
+{
+  std::vector<bool> mask;
+  for (const auto &p : impl->module.parameters()) mask.push_back(p.requires_grad());
+  return mask;
+}
+
+int64_t Model::num_trainable() const
+{
+  int64_t n = 0;
+  for (const auto &p : impl->module.parameters())
+    if (p.requires_grad()) n += p.numel();
+  return n;
+}
+
+// parameters, then floating-point buffers, in module order
+static std::vector<torch::Tensor> state_tensors(torch::jit::Module &module)
+{
+  std::vector<torch::Tensor> out;
+  for (const auto &p : module.parameters()) out.push_back(p);
+  for (const auto &b : module.buffers())
+    if (b.is_floating_point()) out.push_back(b);
+  return out;
+}
+
+std::string Model::state_bytes() const
+{
+  std::string out;
+  for (const auto &t : state_tensors(impl->module)) {
+    auto h = t.detach().to(torch::kCPU).contiguous();
+    const auto n = h.numel() * h.element_size();
+    out.append(static_cast<const char *>(h.data_ptr()), n);
+  }
+  return out;
+}
+
+void Model::load_state_bytes(const std::string &bytes)
+{
+  torch::NoGradGuard no_grad;
+  std::size_t off = 0;
+  auto tensors = state_tensors(impl->module);
+  std::size_t total = 0;
+  for (const auto &t : tensors) total += t.numel() * t.element_size();
+  if (total != bytes.size())
+    throw ModelError("Model " + impl->source + ": parameter state of " +
+                     std::to_string(bytes.size()) + " bytes does not fit this model (" +
+                     std::to_string(total) + " bytes)");
+  for (auto &t : tensors) {
+    const auto n = t.numel() * t.element_size();
+    auto h = torch::empty(t.sizes(), t.options().device(torch::kCPU).requires_grad(false));
+    std::memcpy(h.data_ptr(), bytes.data() + off, n);
+    t.copy_(h);
+    off += n;
+  }
+}
+
+std::string Model::file_bytes(const std::string &provenance_json) const
+{
+  nlohmann::json meta = nlohmann::json::parse(impl->meta.json);
+  if (!provenance_json.empty()) {
+    auto prov = nlohmann::json::parse(provenance_json);
+    // the exporter's content hash describes the parent parameters, not these
+    if (meta.contains("content_hash")) {
+      prov["parent_content_hash"] = meta["content_hash"];
+      meta.erase("content_hash");
+    }
+    meta["finetune"] = prov;
+  }
+  torch::jit::ExtraFilesMap extra{{kMetadataName, meta.dump(1)}};
+  std::ostringstream os;
+  impl->module.save(os, extra);
+  return os.str();
+}
+
+/* ---------------------------------------------------------------------- */
+
+struct Trainer::Impl {
+  std::vector<torch::Tensor> params;    // trainable parameters, model order
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+};
+
+Trainer::Trainer(Model &model, const OptimizerSettings &s) : impl(std::make_unique<Impl>())
+{
+  for (const auto &p : model.impl->module.parameters())
+    if (p.requires_grad()) impl->params.push_back(p);
+  if (impl->params.empty()) throw ModelError("the model has no trainable parameter");
+  if (s.kind == "adam") {
+    impl->optimizer = std::make_unique<torch::optim::Adam>(
+        impl->params, torch::optim::AdamOptions(s.lr).betas({s.beta1, s.beta2}).eps(s.eps).weight_decay(
+                          s.weight_decay));
+  } else if (s.kind == "adamw") {
+    impl->optimizer = std::make_unique<torch::optim::AdamW>(
+        impl->params, torch::optim::AdamWOptions(s.lr).betas({s.beta1, s.beta2}).eps(s.eps).weight_decay(
+                          s.weight_decay));
+  } else if (s.kind == "sgd") {
+    impl->optimizer = std::make_unique<torch::optim::SGD>(
+        impl->params, torch::optim::SGDOptions(s.lr).momentum(s.momentum).weight_decay(s.weight_decay));
+  } else {
+    throw ModelError("unknown optimizer '" + s.kind + "' (use adam, adamw or sgd)");
+  }
+}
+
+Trainer::~Trainer() = default;
+
+double Trainer::step(const std::vector<double> &grad, double lr, double max_norm)
+{
+  std::size_t off = 0;
+  for (auto &p : impl->params) {
+    const auto n = static_cast<std::size_t>(p.numel());
+    if (off + n > grad.size()) throw ModelError("Trainer::step(): gradient too short");
+    auto g = torch::from_blob(const_cast<double *>(grad.data() + off), p.sizes(),
+                              torch::TensorOptions().dtype(torch::kFloat64))
+                 .to(p.device(), p.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
+    p.mutable_grad() = g;
+    off += n;
+  }
+  if (off != grad.size()) throw ModelError("Trainer::step(): gradient too long");
+  const double limit = max_norm > 0.0 ? max_norm : std::numeric_limits<double>::infinity();
+  const double norm = torch::nn::utils::clip_grad_norm_(impl->params, limit);
+  for (auto &group : impl->optimizer->param_groups()) group.options().set_lr(lr);
+  impl->optimizer->step();
+  for (auto &p : impl->params) p.mutable_grad() = torch::Tensor();
+  return norm;
+}
+
+std::string Trainer::state() const
+{
+  torch::serialize::OutputArchive archive;
+  impl->optimizer->save(archive);
+  std::ostringstream os;
+  archive.save_to(os);
+  return os.str();
+}
+
+void Trainer::load_state(const std::string &bytes)
+{
+  torch::serialize::InputArchive archive;
+  std::istringstream is(bytes);
+  try {
+    archive.load_from(is);
+    impl->optimizer->load(archive);
+  } catch (std::exception &e) {
+    std::string what = e.what();
+    auto nl = what.find('\n');
+    if (nl != std::string::npos) what.resize(nl);
+    throw ModelError("cannot restore the optimizer state: " + what);
+  }
+}
+
+/* ---------------------------------------------------------------------- */
+
+void write_file_atomic(const std::string &path, const std::string &bytes)
+{
+  const std::string tmp = path + ".tmp." + std::to_string(static_cast<long>(::getpid()));
+  FILE *fp = std::fopen(tmp.c_str(), "wb");
+  if (!fp) throw ModelError("Cannot write " + tmp + ": " + std::strerror(errno));
+  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), fp) == bytes.size();
+  ok = (std::fflush(fp) == 0) && ok;
+  ok = (::fsync(::fileno(fp)) == 0) && ok;
+  ok = (std::fclose(fp) == 0) && ok;
+  if (!ok) {
+    const std::string why = std::strerror(errno);
+    std::remove(tmp.c_str());
+    throw ModelError("Cannot write " + tmp + ": " + why);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    std::remove(tmp.c_str());
+    throw ModelError("Cannot rename " + tmp + " to " + path + ": " + why);
+  }
 }
 
 }    // namespace MLTorch

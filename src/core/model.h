@@ -77,22 +77,82 @@ class Model {
   // Stage 1: energy of nodes [0, n_local) and the partial force this graph
   // puts on every node, node_forces [n_nodes][3] (F_i += g_ij, F_j -= g_ij),
   // keeping the autograd graph for stage 2.
-  void forward_train(const GraphInput &in, double &energy, std::vector<double> &node_forces);
+  // With `virial` (6 doubles: xx yy zz xy xz yz) it also returns this graph's
+  // virial W = -sum_e r_e (x) dE/dr_e, kept differentiable in the parameters.
+  void forward_train(const GraphInput &in, double &energy, std::vector<double> &node_forces,
+                     double *virial = nullptr);
   // Stage 2: add to the parameter gradients
   //   d/dtheta [ sum_a node_force_weights[a] . F_a + energy_weight * E ]
   // for the graph of the last forward_train, then release it.  With
   // weights 2 R_a (the owner's force residual, also on ghost copies) and
   // 2 (E - E_ref), the sum over ranks is the gradient of the whole loss.
-  void backward_train(const std::vector<double> &node_force_weights, double energy_weight);
+  // `virial_weights` (6 doubles or nullptr) add sum_k c_k W_k to the objective.
+  void backward_train(const std::vector<double> &node_force_weights, double energy_weight,
+                      const double *virial_weights = nullptr);
   int64_t num_parameters() const;
   void zero_grad();
   // parameter gradients, flattened in the module's fixed parameter order
-  std::vector<double> flat_gradient() const;
+  // (all parameters, or only the trainable ones); unused parameters give zeros
+  std::vector<double> flat_gradient(bool trainable_only = false) const;
+
+  // --- parameters --------------------------------------------------------
+  std::vector<std::string> parameter_names() const;    // fixed module order
+  std::vector<int64_t> parameter_sizes() const;
+  // choose the trainable parameters (requires_grad); mask in module order
+  void set_trainable(const std::vector<bool> &mask);
+  std::vector<bool> trainable() const;
+  int64_t num_trainable() const;    // number of trainable scalars
+  // raw bytes of every parameter and floating-point buffer, in a fixed
+  // order: what replicas broadcast, checksum and restart files store
+  std::string state_bytes() const;
+  void load_state_bytes(const std::string &bytes);
+  // a complete model file (TorchScript + metadata) with the current
+  // parameters; `provenance_json` (a JSON object or "") is stored in the
+  // metadata under "finetune"
+  std::string file_bytes(const std::string &provenance_json) const;
+
+  friend class Trainer;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl;
 };
+
+// A LibTorch optimizer (torch::optim) over a model's trainable parameters.
+struct OptimizerSettings {
+  std::string kind = "adam";    // adam, adamw or sgd
+  double lr = 1e-3;
+  double weight_decay = 0.0;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;    // adam, adamw
+  double momentum = 0.0;                             // sgd
+};
+
+class Trainer {
+ public:
+  // the model's trainable set is fixed from here on
+  Trainer(Model &model, const OptimizerSettings &settings);
+  ~Trainer();
+  Trainer(const Trainer &) = delete;
+  Trainer &operator=(const Trainer &) = delete;
+
+  // Install `grad` (flat, trainable parameters only, model order) as the
+  // gradients, clip its global 2-norm to max_norm (<= 0: no clipping) and
+  // take one optimizer step with learning rate lr. Returns the norm before
+  // clipping. The model's parameters change in place: the pair style that
+  // shares the model uses them on its next force call.
+  double step(const std::vector<double> &grad, double lr, double max_norm);
+  // optimizer state (moments, step counts) for restart files
+  std::string state() const;
+  void load_state(const std::string &bytes);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl;
+};
+
+// Write a file atomically: a temporary file in the same folder, flushed to
+// disk, then renamed over `path`. A crash leaves the old file intact.
+void write_file_atomic(const std::string &path, const std::string &bytes);
 
 // Read a whole file into a string; throws ModelError with the reason.
 std::string read_file(const std::string &path);

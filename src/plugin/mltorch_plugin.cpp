@@ -6,6 +6,7 @@
 #include "lammpsplugin.h"
 #include "version.h"
 
+#include "fix_torch_finetune.h"
 #include "pair_torch.h"
 
 using namespace LAMMPS_NS;
@@ -13,6 +14,11 @@ using namespace LAMMPS_NS;
 static Pair *pair_torch_creator(LAMMPS *lmp)
 {
   return new PairTorch(lmp);
+}
+
+static Fix *fix_torch_finetune_creator(LAMMPS *lmp, int argc, char **argv)
+{
+  return new FixTorchFinetune(lmp, argc, argv);
 }
 
 extern "C" void lammpsplugin_init(void *lmp, void *handle, void *regfunc)
@@ -27,5 +33,11 @@ extern "C" void lammpsplugin_init(void *lmp, void *handle, void *regfunc)
   plugin.author = "ML-TORCH developers";
   plugin.creator.v1 = (lammpsplugin_factory1 *) &pair_torch_creator;
   plugin.handle = handle;
+  (*register_plugin)(&plugin, lmp);
+
+  plugin.style = "fix";
+  plugin.name = "torch/finetune";
+  plugin.info = "ML-TORCH online fine-tuning of a pair_style torch model";
+  plugin.creator.v2 = (lammpsplugin_factory2 *) &fix_torch_finetune_creator;
   (*register_plugin)(&plugin, lmp);
 }

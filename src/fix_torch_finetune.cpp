@@ -1,0 +1,966 @@
+/* ----------------------------------------------------------------------
+   LAMMPS - Large-scale Atomic/Molecular Massively Parallel Simulator
+   https://www.lammps.org/, Sandia National Laboratories
+   LAMMPS development team: developers@lammps.org
+
+   ML-TORCH package: TorchScript machine-learned potentials.
+   Distributed under the GNU General Public License, version 2.
+------------------------------------------------------------------------- */
+
+/* ----------------------------------------------------------------------
+   fix torch/finetune: online fine-tuning of the pair_style torch model.
+
+   Loss of one configuration of N atoms (the atoms the model covers):
+     L = wE ((E - Eref)/N)^2 + wF/(3N) sum_i |F_i - Fref_i|^2
+         + wS/6 sum_k ((W_k - Wref_k)/N)^2
+   Its parameter gradient on a configuration spread over the ranks of a
+   replica (DESIGN.md): every rank computes the partial forces of its graph
+   (create_graph), LAMMPS reverse communication sums them on the owners,
+   owners form the residual weights 2 wF/(3N) R_i, forward communication
+   copies them to every ghost image, and each rank back-propagates
+   sum_a w_a . partialF_a + cE E_rank + sum_k cW_k W_k,rank with the
+   all-reduced energy and virial coefficients. The sum over ranks is the
+   gradient of L, whatever the decomposition.
+
+   Replicas (-partition): gradients are summed over the universe and
+   divided by the number of configurations, as DistributedDataParallel
+   averages over workers; every rank then takes the same optimizer step.
+------------------------------------------------------------------------- */
+
+#include "fix_torch_finetune.h"
+
+#include "atom.h"
+#include "comm.h"
+#include "error.h"
+#include "force.h"
+#include "math_const.h"
+#include "memory.h"
+#include "modify.h"
+#include "neigh_request.h"
+#include "neighbor.h"
+#include "pair.h"
+#include "pair_torch.h"
+#include "universe.h"
+#include "update.h"
+
+#include "model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <exception>
+
+using namespace LAMMPS_NS;
+using namespace FixConst;
+using MathConst::MY_PI;
+
+namespace {
+constexpr int RESTART_VERSION = 1;
+constexpr std::size_t BUCKET_DOUBLES = 1 << 20;    // 8 MB per reduction bucket
+constexpr int NSTATS = 6;                          // statistics appended to the gradient
+enum { COMM_PARTIAL, COMM_RESIDUAL, COMM_SLOT };
+
+// positional pack/unpack of the restart payload
+void put_bytes(std::string &out, const std::string &bytes)
+{
+  const int64_t n = static_cast<int64_t>(bytes.size());
+  out.append(reinterpret_cast<const char *>(&n), sizeof(n));
+  out.append(bytes);
+}
+template <typename T> void put(std::string &out, const T &v)
+{
+  out.append(reinterpret_cast<const char *>(&v), sizeof(T));
+}
+template <typename T> T get(const char *&p)
+{
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  p += sizeof(T);
+  return v;
+}
+std::string get_bytes(const char *&p)
+{
+  const auto n = get<int64_t>(p);
+  std::string s(p, p + n);
+  p += n;
+  return s;
+}
+
+std::string join_names(const std::vector<std::string> &names)
+{
+  std::string out;
+  for (const auto &n : names) out += (out.empty() ? "" : " ") + n;
+  return out;
+}
+
+bool starts_with(const std::string &name, const std::string &prefix)
+{
+  // "nets" selects "nets.0.weight" but not "netsx.weight"
+  if (name == prefix) return true;
+  return name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
+      name[prefix.size()] == '.';
+}
+}    // namespace
+
+/* ---------------------------------------------------------------------- */
+
+struct FixTorchFinetune::Replay {
+  // this rank's piece of the configuration's graph
+  int64_t n_nodes = 0, n_local = 0, n_edges = 0;
+  std::vector<double> edge_vec;
+  std::vector<int64_t> edge_index, species;
+  // owner (world rank, node slot) of every node; slot < n_local on the owner
+  std::vector<int> owner_rank, owner_slot;
+  std::vector<double> fref;    // [n_local][3] teacher forces of the local nodes
+  double e_ref = 0.0, w_ref[6] = {0, 0, 0, 0, 0, 0};
+  double natoms = 0.0;    // covered atoms of the whole configuration
+  double bytes() const
+  {
+    return (double) edge_vec.size() * 8 + (double) (edge_index.size() + species.size()) * 8 +
+        (double) (owner_rank.size() + owner_slot.size()) * 4 + (double) fref.size() * 8;
+  }
+};
+
+/* ---------------------------------------------------------------------- */
+
+FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
+    Fix(lmp, narg, arg), w_energy(1.0), w_force(1.0), w_stress(0.0),
+    opt(std::make_unique<MLTorch::OptimizerSettings>()), schedule("constant"), sched_a(0.0),
+    sched_b(0.0), clip(0.0), accumulate(1), max_force_error(0.0), rollback_factor(0.0),
+    save_every(0), log_every(1), check_every(10), replay_capacity(0), replay_mix(0),
+    replay_mbytes(256.0), student(nullptr), model_(nullptr), teacher(nullptr), synced(false),
+    pending(0), nupdates(0), nskipped(0), nrollbacks(0), nchecks(0), nconfigs(0), loss_ema(-1.0),
+    acc_loss(0), acc_se_e(0), acc_se_f(0), acc_nf(0), acc_se_w(0), acc_n(0), nmax(0),
+    fpart(nullptr), resid(nullptr), fref(nullptr), fsave(nullptr), commflag(COMM_PARTIAL),
+    replay_next(0)
+{
+  if (narg < 4) utils::missing_cmd_args(FLERR, "fix torch/finetune", error);
+  if (igroup != 0)
+    error->all(FLERR, "Fix torch/finetune trains on whole configurations: use group 'all', not '{}'",
+               arg[1]);
+  nevery = utils::inumeric(FLERR, arg[3], false, lmp);
+  if (nevery < 1) error->all(FLERR, "Fix torch/finetune: training interval N = {} must be >= 1", nevery);
+
+  auto number = [&](int i, const char *what) {
+    if (i >= narg) utils::missing_cmd_args(FLERR, std::string("fix torch/finetune ") + what, error);
+    return utils::numeric(FLERR, arg[i], false, lmp);
+  };
+  auto integer = [&](int i, const char *what) {
+    if (i >= narg) utils::missing_cmd_args(FLERR, std::string("fix torch/finetune ") + what, error);
+    return utils::inumeric(FLERR, arg[i], false, lmp);
+  };
+  static const std::vector<std::string> keywords{
+      "teacher", "weights", "lr", "optimizer", "weight_decay", "momentum", "schedule", "clip",
+      "accumulate", "max_force_error", "rollback", "save", "log", "check", "train", "freeze",
+      "replay", "replay_memory"};
+  auto is_keyword = [&](const char *w) {
+    for (const auto &k : keywords)
+      if (k == w) return true;
+    return false;
+  };
+
+  int iarg = 4;
+  while (iarg < narg) {
+    const std::string kw = arg[iarg];
+    if (kw == "teacher") {
+      if (iarg + 3 > narg)
+        error->all(FLERR, "fix torch/finetune teacher needs a pair style and its coefficients, "
+                          "e.g. teacher sw \"* * Si.sw Si\"");
+      teacher_style = arg[iarg + 1];
+      teacher_coeff = arg[iarg + 2];
+      iarg += 3;
+    } else if (kw == "weights") {
+      w_energy = number(iarg + 1, "weights");
+      w_force = number(iarg + 2, "weights");
+      w_stress = number(iarg + 3, "weights");
+      if (w_energy < 0 || w_force < 0 || w_stress < 0 || w_energy + w_force + w_stress <= 0)
+        error->all(FLERR,
+                   "Fix torch/finetune weights {} {} {}: energy, force and stress weights must be "
+                   ">= 0 and not all zero",
+                   w_energy, w_force, w_stress);
+      iarg += 4;
+    } else if (kw == "lr") {
+      opt->lr = number(iarg + 1, "lr");
+      if (!(opt->lr > 0.0) || !std::isfinite(opt->lr))
+        error->all(FLERR, "Fix torch/finetune learning rate {} must be > 0", arg[iarg + 1]);
+      iarg += 2;
+    } else if (kw == "optimizer") {
+      if (iarg + 2 > narg) utils::missing_cmd_args(FLERR, "fix torch/finetune optimizer", error);
+      opt->kind = arg[iarg + 1];
+      if (opt->kind != "adam" && opt->kind != "adamw" && opt->kind != "sgd")
+        error->all(FLERR, "Fix torch/finetune optimizer {} is unknown: use adam, adamw or sgd",
+                   opt->kind);
+      iarg += 2;
+    } else if (kw == "weight_decay") {
+      opt->weight_decay = number(iarg + 1, "weight_decay");
+      if (opt->weight_decay < 0) error->all(FLERR, "Fix torch/finetune weight_decay must be >= 0");
+      iarg += 2;
+    } else if (kw == "momentum") {
+      opt->momentum = number(iarg + 1, "momentum");
+      if (opt->momentum < 0 || opt->momentum >= 1)
+        error->all(FLERR, "Fix torch/finetune momentum must be in [0,1)");
+      iarg += 2;
+    } else if (kw == "schedule") {
+      if (iarg + 2 > narg) utils::missing_cmd_args(FLERR, "fix torch/finetune schedule", error);
+      schedule = arg[iarg + 1];
+      if (schedule == "constant") {
+        iarg += 2;
+      } else if (schedule == "exp") {
+        sched_a = number(iarg + 2, "schedule exp");
+        if (!(sched_a > 0 && sched_a <= 1))
+          error->all(FLERR, "Fix torch/finetune schedule exp gamma must be in (0,1]");
+        iarg += 3;
+      } else if (schedule == "step") {
+        sched_a = integer(iarg + 2, "schedule step");
+        sched_b = number(iarg + 3, "schedule step");
+        if (sched_a < 1 || !(sched_b > 0 && sched_b <= 1))
+          error->all(FLERR, "Fix torch/finetune schedule step needs an interval >= 1 and a "
+                            "factor in (0,1]");
+        iarg += 4;
+      } else if (schedule == "cosine") {
+        sched_a = integer(iarg + 2, "schedule cosine");
+        sched_b = number(iarg + 3, "schedule cosine");
+        if (sched_a < 1 || sched_b < 0)
+          error->all(FLERR, "Fix torch/finetune schedule cosine needs a length >= 1 update and a "
+                            "final learning rate >= 0");
+        iarg += 4;
+      } else {
+        error->all(FLERR, "Fix torch/finetune schedule {} is unknown: use constant, exp, step or "
+                          "cosine", schedule);
+      }
+    } else if (kw == "clip") {
+      clip = number(iarg + 1, "clip");
+      if (!(clip > 0)) error->all(FLERR, "Fix torch/finetune clip must be > 0");
+      iarg += 2;
+    } else if (kw == "accumulate") {
+      accumulate = integer(iarg + 1, "accumulate");
+      if (accumulate < 1) error->all(FLERR, "Fix torch/finetune accumulate must be >= 1");
+      iarg += 2;
+    } else if (kw == "max_force_error") {
+      max_force_error = number(iarg + 1, "max_force_error");
+      if (!(max_force_error > 0)) error->all(FLERR, "Fix torch/finetune max_force_error must be > 0");
+      iarg += 2;
+    } else if (kw == "rollback") {
+      rollback_factor = number(iarg + 1, "rollback");
+      if (!(rollback_factor > 1)) error->all(FLERR, "Fix torch/finetune rollback factor must be > 1");
+      iarg += 2;
+    } else if (kw == "save") {
+      save_every = integer(iarg + 1, "save");
+      if (iarg + 3 > narg) utils::missing_cmd_args(FLERR, "fix torch/finetune save", error);
+      save_file = arg[iarg + 2];
+      if (save_every < 0) error->all(FLERR, "Fix torch/finetune save interval must be >= 0");
+      iarg += 3;
+    } else if (kw == "log") {
+      log_every = integer(iarg + 1, "log");
+      if (log_every < 0) error->all(FLERR, "Fix torch/finetune log interval must be >= 0");
+      iarg += 2;
+    } else if (kw == "check") {
+      check_every = integer(iarg + 1, "check");
+      if (check_every < 0) error->all(FLERR, "Fix torch/finetune check interval must be >= 0");
+      iarg += 2;
+    } else if (kw == "train" || kw == "freeze") {
+      auto &list = (kw == "train") ? train_prefixes : freeze_prefixes;
+      ++iarg;
+      while (iarg < narg && !is_keyword(arg[iarg])) list.emplace_back(arg[iarg++]);
+      if (list.empty())
+        error->all(FLERR, "Fix torch/finetune {} needs parameter name prefixes, e.g. {} nets", kw, kw);
+    } else if (kw == "replay") {
+      replay_capacity = integer(iarg + 1, "replay");
+      replay_mix = integer(iarg + 2, "replay");
+      if (replay_capacity < 0 || replay_mix < 0 || (replay_capacity == 0 && replay_mix > 0))
+        error->all(FLERR, "Fix torch/finetune replay needs a capacity >= 0 and a mix count >= 0");
+      iarg += 3;
+    } else if (kw == "replay_memory") {
+      replay_mbytes = number(iarg + 1, "replay_memory");
+      if (!(replay_mbytes > 0)) error->all(FLERR, "Fix torch/finetune replay_memory must be > 0 MB");
+      iarg += 2;
+    } else {
+      error->all(FLERR, "Unknown fix torch/finetune keyword: {}", kw);
+    }
+  }
+  if (teacher_style.empty())
+    error->all(FLERR, "Fix torch/finetune needs a reference: teacher <pair style> \"<pair_coeff "
+                      "arguments>\"");
+
+  // the student: the pair_style torch model the MD runs with
+  student = dynamic_cast<PairTorch *>(force->pair_match("^torch", 0));
+  if (!student || !student->model())
+    error->all(FLERR, "Fix torch/finetune requires pair_style torch with its pair_coeff defined "
+                      "before the fix");
+  model_ = student->model();
+  if (atom->torque_flag)
+    error->all(FLERR, "Fix torch/finetune supports point particles only (this atom style has "
+                      "torques)");
+
+  parse_teacher();
+  setup_trainable();
+
+  vector_flag = 1;
+  size_vector = 11;
+  global_freq = nevery;
+  extvector = 0;
+  restart_global = 1;
+  comm_forward = 3;
+  comm_reverse = 3;
+  for (double &v : vec) v = 0.0;
+}
+
+/* ---------------------------------------------------------------------- */
+
+FixTorchFinetune::~FixTorchFinetune()
+{
+  delete teacher;
+  memory->destroy(fpart);
+  memory->destroy(resid);
+  memory->destroy(fref);
+  memory->destroy(fsave);
+}
+
+/* ---------------------------------------------------------------------- */
+
+int FixTorchFinetune::setmask()
+{
+  return END_OF_STEP;
+}
+
+/* ----------------------------------------------------------------------
+   the teacher: a private pair style instance, not the one MD runs with
+------------------------------------------------------------------------- */
+
+void FixTorchFinetune::parse_teacher()
+{
+  auto style_words = utils::split_words(teacher_style);
+  if (style_words.empty()) error->all(FLERR, "Fix torch/finetune teacher: empty pair style");
+  const std::string &style = style_words[0];
+  if (force->pair_map->find(style) == force->pair_map->end())
+    error->all(FLERR, "Fix torch/finetune teacher: unknown pair style '{}' (is its package "
+                      "installed in this LAMMPS?)", style);
+  if (utils::strmatch(style, "^hybrid"))
+    error->all(FLERR, "Fix torch/finetune teacher: pair style {} is not supported as a teacher",
+               style);
+
+  int sflag = 0;
+  teacher = force->new_pair(style, 0, sflag);
+  std::vector<std::string> sargs(style_words.begin() + 1, style_words.end());
+  std::vector<char *> sargv;
+  for (auto &a : sargs) sargv.push_back(a.data());
+  teacher->settings(static_cast<int>(sargv.size()), sargv.data());
+
+  // several pair_coeff lines are separated by ';'
+  int ncoeff = 0;
+  std::vector<std::string> lines{""};
+  for (char c : teacher_coeff) {
+    if (c == ';')
+      lines.emplace_back();
+    else
+      lines.back() += c;
+  }
+  for (const auto &line : lines) {
+    auto words = utils::split_words(line);
+    if (words.empty()) continue;
+    if (words.size() < 2)
+      error->all(FLERR, "Fix torch/finetune teacher coefficients '{}' need at least the two "
+                        "atom types, like a pair_coeff command", line);
+    std::vector<char *> cargv;
+    for (auto &w : words) cargv.push_back(w.data());
+    teacher->coeff(static_cast<int>(cargv.size()), cargv.data());
+    ++ncoeff;
+  }
+  if (ncoeff == 0) error->all(FLERR, "Fix torch/finetune teacher: no pair coefficients given");
+  if (teacher->ghostneigh)
+    error->all(FLERR, "Fix torch/finetune teacher: pair style {} needs neighbors of ghost atoms, "
+                      "which a teacher cannot request; use a local potential as the teacher",
+               style);
+}
+
+/* ----------------------------------------------------------------------
+   trainable parameters from the train/freeze prefixes
+------------------------------------------------------------------------- */
+
+void FixTorchFinetune::setup_trainable()
+{
+  const auto names = model_->parameter_names();
+  std::vector<bool> mask(names.size(), train_prefixes.empty());
+  for (const auto &pre : train_prefixes) {
+    bool found = false;
+    for (std::size_t k = 0; k < names.size(); ++k)
+      if (starts_with(names[k], pre)) mask[k] = found = true;
+    if (!found)
+      error->all(FLERR, "Fix torch/finetune train {}: no model parameter is named {} or {}.*; "
+                        "parameters: {}", pre, pre, pre, join_names(names));
+  }
+  for (const auto &pre : freeze_prefixes) {
+    bool found = false;
+    for (std::size_t k = 0; k < names.size(); ++k)
+      if (starts_with(names[k], pre)) {
+        mask[k] = false;
+        found = true;
+      }
+    if (!found)
+      error->all(FLERR, "Fix torch/finetune freeze {}: no model parameter is named {} or {}.*; "
+                        "parameters: {}", pre, pre, pre, join_names(names));
+  }
+  model_->set_trainable(mask);
+  const bigint ntrain = model_->num_trainable();
+  if (ntrain == 0)
+    error->all(FLERR, "Fix torch/finetune: nothing to train: model {} has {} parameters and the "
+                      "train/freeze keywords leave none trainable",
+               student->model_path(), model_->num_parameters());
+  try {
+    trainer = std::make_unique<MLTorch::Trainer>(*model_, *opt);
+  } catch (std::exception &e) {
+    error->all(FLERR, "Fix torch/finetune: {}", e.what());
+  }
+  trainer_model_hash = student->model_hash();
+  good_params.clear();
+  if (comm->me == 0)
+    utils::logmesg(lmp, "fix torch/finetune: training {} of {} parameters of {} with {} "
+                        "(lr {}), every {} steps, {} configuration(s) per update and replica\n",
+                   ntrain, model_->num_parameters(), student->model_path(), opt->kind, opt->lr,
+                   nevery, accumulate);
+}
+
+/* ----------------------------------------------------------------------
+   stop every rank of every replica with the message of the lowest failing
+   universe rank (replicas wait for each other in reductions: an error on
+   one of them alone would leave the others hanging)
+------------------------------------------------------------------------- */
+
+void FixTorchFinetune::universe_check(bool ok, const std::string &message)
+{
+  int first_bad = ok ? universe->nprocs : universe->me;
+  int bad_rank;
+  MPI_Allreduce(&first_bad, &bad_rank, 1, MPI_INT, MPI_MIN, universe->uworld);
+  if (bad_rank == universe->nprocs) return;
+  int len = (universe->me == bad_rank) ? static_cast<int>(message.size()) : 0;
+  MPI_Bcast(&len, 1, MPI_INT, bad_rank, universe->uworld);
+  std::string text(len, ' ');
+  if (universe->me == bad_rank) text = message;
+  MPI_Bcast(text.data(), len, MPI_CHAR, bad_rank, universe->uworld);
+  error->all(FLERR, text);
+}
+
+/* ----------------------------------------------------------------------
+   DDP set-up: same model and same settings on every replica, then the
+   parameters of universe rank 0 everywhere
+------------------------------------------------------------------------- */
+
+void FixTorchFinetune::check_replicas_consistent()
+{
+  // model file hash, trainable layout and the schedule of reductions
+  std::string mine = fmt::format("{}|{}|{}|{}|{}", student->model_hash(), model_->num_trainable(),
+                                 nevery, accumulate, replay_mix);
+  const int len = static_cast<int>(mine.size());
+  int maxlen = 0;
+  MPI_Allreduce(&len, &maxlen, 1, MPI_INT, MPI_MAX, universe->uworld);
+  mine.resize(maxlen, ' ');
+  std::vector<char> all(static_cast<std::size_t>(maxlen) * universe->nprocs);
+  MPI_Allgather(mine.data(), maxlen, MPI_CHAR, all.data(), maxlen, MPI_CHAR, universe->uworld);
+  std::string first(all.data(), maxlen);
+  for (int r = 1; r < universe->nprocs; ++r) {
+    std::string other(all.data() + static_cast<std::size_t>(r) * maxlen, maxlen);
+    if (other != first) {
+      auto a = utils::split_words(first.substr(0, first.find(' ')));
+      error->all(FLERR,
+                 "Fix torch/finetune: replicas disagree on the model or training settings "
+                 "(model hash|trainable parameters|N|accumulate|replay mix: '{}' on universe rank 0, "
+                 "'{}' on universe rank {}); every partition must load the same model file and "
+                 "use the same fix settings",
+                 utils::trim(first), utils::trim(other), r);
+    }
+  }
+  // parameters and buffers from universe rank 0 (DDP's initial broadcast)
+  std::string state = model_->state_bytes();
+  int64_t n = static_cast<int64_t>(state.size());
+  MPI_Bcast(&n, 1, MPI_INT64_T, 0, universe->uworld);
+  state.resize(n);
+  MPI_Bcast(state.data(), static_cast<int>(n), MPI_CHAR, 0, universe->uworld);
+  model_->load_state_bytes(state);
+}
+
+/* ---------------------------------------------------------------------- */
+
+void FixTorchFinetune::init()
+{
+  auto *pair = dynamic_cast<PairTorch *>(force->pair_match("^torch", 0));
+  if (pair != student || !student || student->model() != model_)
+    error->all(FLERR, "Fix torch/finetune: the pair_style torch model changed after the fix was "
+                      "defined; unfix and define the fix again after the new pair_coeff");
+  if (force->newton_pair == 0)
+    error->all(FLERR, "Fix torch/finetune requires newton pair on");
+
+  // the teacher gets its own neighbor list; it must fit in the ghost shell
+  teacher->init();
+  const double skin = neighbor->skin;
+  const double cut_student = force->pair->cutforce;
+  const double cut_teacher = teacher->cutforce;
+  if (cut_teacher > cut_student) {
+    const double need = cut_teacher + skin;
+    const double have = MAX(comm->cutghostuser, cut_student + skin);
+    if (have < need)
+      error->all(FLERR,
+                 "Fix torch/finetune: teacher {} has cutoff {} but the model's cutoff is {}: ghost "
+                 "atoms reach only {}; add 'comm_modify cutoff {}' (teacher cutoff + skin) to the "
+                 "input before the run",
+                 teacher_style, cut_teacher, cut_student, have, need);
+    auto *req = neighbor->find_request(teacher);
+    if (req) req->set_cutoff(cut_teacher);
+  }
+
+  if (!synced) {
+    check_replicas_consistent();
+    synced = true;
+  }
+}
+
+/* ---------------------------------------------------------------------- */
+
+void FixTorchFinetune::setup(int /*vflag*/)
+{
+  grow_arrays();
+}
+
+/* ---------------------------------------------------------------------- */
+
+void FixTorchFinetune::grow_arrays()
+{
+  if (atom->nmax > nmax) {
+    nmax = atom->nmax;
+    memory->destroy(fpart);
+    memory->destroy(resid);
+    memory->destroy(fref);
+    memory->destroy(fsave);
+    memory->create(fpart, nmax, 3, "torch/finetune:fpart");
+    memory->create(resid, nmax, 3, "torch/finetune:resid");
+    memory->create(fref, nmax, 3, "torch/finetune:fref");
+    memory->create(fsave, nmax, 3, "torch/finetune:fsave");
+  }
+}
+
+/* ----------------------------------------------------------------------
+   reference labels: the teacher's forces on the owned atoms (ghost
+   contributions reverse-communicated), its energy and virial on this rank.
+   The MD forces are set aside and put back untouched.
+------------------------------------------------------------------------- */
+
+void FixTorchFinetune::teacher_labels(double &e_ref, double *w_ref)
+{
+  const int nall = atom->nlocal + atom->nghost;
+  double **f = atom->f;
+  if (nall > 0) {
+    std::memcpy(&fsave[0][0], &f[0][0], sizeof(double) * 3 * nall);
+    std::memset(&f[0][0], 0, sizeof(double) * 3 * nall);
+  }
+  teacher->compute(ENERGY_GLOBAL, VIRIAL_PAIR);
+  comm->reverse_comm();
+  f = atom->f;
+  if (atom->nlocal > 0) std::memcpy(&fref[0][0], &f[0][0], sizeof(double) * 3 * atom->nlocal);
+  if (nall > 0) std::memcpy(&f[0][0], &fsave[0][0], sizeof(double) * 3 * nall);
+  e_ref = teacher->eng_vdwl + teacher->eng_coul;
+  for (int k = 0; k < 6; ++k) w_ref[k] = teacher->virial[k];
+}
+
+/* ---------------------------------------------------------------------- */
+
+void FixTorchFinetune::end_of_step()
+{
+  grow_arrays();
+  train_current();
+  if (++pending >= accumulate) take_step();
+}
+
+/* ----------------------------------------------------------------------
+   one labelled configuration: the current atoms
+------------------------------------------------------------------------- */
+
+void FixTorchFinetune::train_current()
+{
+  const int nlocal = atom->nlocal;
+  const int nall = nlocal + atom->nghost;
+
+  // stage 1: partial forces of this rank's graph
+  MLTorch::GraphInput in;
+  student->training_graph(in);
+  const auto &node2atom = student->graph_atoms();
+  double e_part = 0.0, w_part[6];
+  std::vector<double> node_forces;
+  try {
+    model_->forward_train(in, e_part, node_forces, w_part);
+  } catch (std::exception &e) {
+    error->one(FLERR, "Fix torch/finetune on step {}: {}", update->ntimestep, e.what());
+  }
+
+  // full model forces on the owners: LAMMPS reverse communication
+  if (nall > 0) std::memset(&fpart[0][0], 0, sizeof(double) * 3 * nall);
+  for (int64_t n = 0; n < in.n_nodes; ++n) {
+    const int a = node2atom[n];
+    for (int k = 0; k < 3; ++k) fpart[a][k] += node_forces[3 * n + k];
+  }
+  commflag = COMM_PARTIAL;
+  comm->reverse_comm(this);
+
+  double e_ref_part = 0.0, w_ref_part[6];
+  teacher_labels(e_ref_part, w_ref_part);
+
+  // per-replica sums: energies, virials, covered atoms, squared force residual
+  const int *type = atom->type;
+  double local[16] = {0.0};
+  local[0] = e_part;
+  local[1] = e_ref_part;
+  for (int k = 0; k < 6; ++k) {
+    local[2 + k] = w_part[k];
+    local[8 + k] = w_ref_part[k];
+  }
+  for (int i = 0; i < nlocal; ++i) {
+    if (student->species_of_type(type[i]) < 0) continue;
+    local[14] += 1.0;
+    for (int k = 0; k < 3; ++k) {
+      const double r = fpart[i][k] - fref[i][k];
+      local[15] += r * r;
+    }
+  }
+  double sum[16];
+  MPI_Allreduce(local, sum, 16, MPI_DOUBLE, MPI_SUM, world);
+  const double natoms = sum[14];
+  if (natoms < 1.0)
+    error->all(FLERR, "Fix torch/finetune: no atom of a type the model covers; nothing to train on");
+  const double de = (sum[0] - sum[1]) / natoms;
+  double dw[6], se_w = 0.0;
+  for (int k = 0; k < 6; ++k) {
+    dw[k] = (sum[2 + k] - sum[8 + k]) / natoms;
+    se_w += dw[k] * dw[k];
+  }
+  const double se_f = sum[15];
+  const double loss = w_energy * de * de + w_force * se_f / (3.0 * natoms) + w_stress * se_w / 6.0;
+
+  // stage 2: residual weights on owners, copied to ghost images by LAMMPS
+  // forward communication, then the weighted backward pass on every rank
+  const double cf = 2.0 * w_force / (3.0 * natoms);
+  for (int i = 0; i < nlocal; ++i) {
+    const bool covered = student->species_of_type(type[i]) >= 0;
+    for (int k = 0; k < 3; ++k) resid[i][k] = covered ? cf * (fpart[i][k] - fref[i][k]) : 0.0;
+  }
+  commflag = COMM_RESIDUAL;
+  comm->forward_comm(this);
+  std::vector<double> weights(3 * in.n_nodes);
+  for (int64_t n = 0; n < in.n_nodes; ++n)
+    for (int k = 0; k < 3; ++k) weights[3 * n + k] = resid[node2atom[n]][k];
+  const double ce = 2.0 * w_energy * de / natoms;
+  double cw[6];
+  for (int k = 0; k < 6; ++k) cw[k] = 2.0 * w_stress * dw[k] / (6.0 * natoms);
+  try {
+    model_->backward_train(weights, ce, cw);
+  } catch (std::exception &e) {
+    error->one(FLERR, "Fix torch/finetune on step {}: {}", update->ntimestep, e.what());
+  }
+
+  acc_loss += loss;
+  acc_se_e += de * de;
+  acc_se_f += se_f;
+  acc_nf += 3.0 * natoms;
+  acc_se_w += se_w / 6.0;
+  acc_n += 1.0;
+  ++nconfigs;
+}
+
+/* ---------------------------------------------------------------------- */
+
+double FixTorchFinetune::learning_rate() const
+{
+  const double t = static_cast<double>(nupdates);
+  if (schedule == "exp") return opt->lr * std::pow(sched_a, t);
+  if (schedule == "step") return opt->lr * std::pow(sched_b, std::floor(t / sched_a));
+  if (schedule == "cosine") {
+    const double x = std::min(t / sched_a, 1.0);
+    return sched_b + 0.5 * (opt->lr - sched_b) * (1.0 + std::cos(MY_PI * x));
+  }
+  return opt->lr;
+}
+
+/* ----------------------------------------------------------------------
+   one optimizer step on the gradient averaged over all configurations of
+   all replicas; every decision depends only on reduced values, so every
+   rank of every replica takes the same branch
+------------------------------------------------------------------------- */
+
+void FixTorchFinetune::take_step()
+{
+  std::vector<double> buf = model_->flat_gradient(true);
+  const std::size_t ngrad = buf.size();
+  // statistics once per replica
+  const bool world_root = comm->me == 0;
+  const double stats[NSTATS] = {acc_loss, acc_se_e, acc_se_f, acc_nf, acc_se_w, acc_n};
+  for (double s : stats) buf.push_back(world_root ? s : 0.0);
+
+  // sum over the universe in fixed-size buckets; reduce to one rank and
+  // broadcast, so that every rank holds bitwise the same sum
+  std::vector<double> red(buf.size());
+  for (std::size_t off = 0; off < buf.size(); off += BUCKET_DOUBLES) {
+    const int n = static_cast<int>(std::min(BUCKET_DOUBLES, buf.size() - off));
+    MPI_Reduce(buf.data() + off, red.data() + off, n, MPI_DOUBLE, MPI_SUM, 0, universe->uworld);
+    MPI_Bcast(red.data() + off, n, MPI_DOUBLE, 0, universe->uworld);
+  }
+  model_->zero_grad();
+
+  const double *st = red.data() + ngrad;
+  const double nconf = st[5];
+  const double loss = st[0] / nconf;
+  const double e_rmse = std::sqrt(st[1] / nconf);
+  const double f_rmse = std::sqrt(st[2] / st[3]);
+  const double w_rmse = std::sqrt(st[4] / nconf);
+  last_grad.assign(red.begin(), red.begin() + ngrad);
+  for (double &g : last_grad) g /= nconf;
+  bool finite = std::isfinite(loss);
+  for (std::size_t k = 0; finite && k < ngrad; ++k) finite = std::isfinite(last_grad[k]);
+
+  const char *action = "update";
+  double gnorm = 0.0;
+  const double lr = learning_rate();
+  if (!finite) {
+    ++nskipped;
+    action = "skipped (non-finite loss or gradient)";
+  } else if (max_force_error > 0.0 && f_rmse > max_force_error) {
+    ++nskipped;
+    action = "skipped (force error above max_force_error)";
+  } else if (rollback_factor > 0.0 && loss_ema > 0.0 && loss > rollback_factor * loss_ema &&
+             !good_params.empty()) {
+    // the current parameters made the loss jump: return to the last good ones
+    model_->load_state_bytes(good_params);
+    trainer->load_state(good_optimizer);
+    ++nrollbacks;
+    loss_ema = loss;    // new baseline, so a real change of the data is learnt next time
+    action = "rolled back to the last good parameters";
+  } else {
+    if (rollback_factor > 0.0) {
+      good_params = model_->state_bytes();
+      good_optimizer = trainer->state();
+      loss_ema = (loss_ema < 0.0) ? loss : 0.9 * loss_ema + 0.1 * loss;
+    }
+    try {
+      gnorm = trainer->step(last_grad, lr, clip);
+    } catch (std::exception &e) {
+      error->one(FLERR, "Fix torch/finetune: optimizer step failed: {}", e.what());
+    }
+    ++nupdates;
+  }
+
+  vec[0] = loss;
+  vec[1] = e_rmse;
+  vec[2] = f_rmse;
+  vec[3] = w_rmse;
+  vec[4] = gnorm;
+  vec[5] = lr;
+  vec[6] = static_cast<double>(nupdates);
+  vec[7] = static_cast<double>(nskipped);
+  vec[8] = static_cast<double>(nrollbacks);
+  vec[9] = nconf;
+  vec[10] = static_cast<double>(replay.size());
+
+  const bigint nevents = nupdates + nskipped + nrollbacks;
+  if (log_every > 0 && (nevents % log_every == 0 || !finite) && comm->me == 0)
+    utils::logmesg(lmp,
+                   "fix torch/finetune: step {} {} {} loss {:.6g} E_rmse {:.6g} F_rmse {:.6g} "
+                   "W_rmse {:.6g} |grad| {:.6g} lr {:.6g} configs {}\n",
+                   update->ntimestep, action, nupdates, loss, e_rmse, f_rmse, w_rmse, gnorm, lr,
+                   static_cast<bigint>(nconf));
+
+  acc_loss = acc_se_e = acc_se_f = acc_nf = acc_se_w = acc_n = 0.0;
+  pending = 0;
+
+  if (check_every > 0 && nevents % check_every == 0) checksum_guard();
+  if (save_every > 0 && !save_file.empty() && nupdates > 0 && nevents % save_every == 0)
+    save_model(save_file);
+}
+
+/* ----------------------------------------------------------------------
+   every rank of every replica must hold bitwise the same parameters
+------------------------------------------------------------------------- */
+
+void FixTorchFinetune::checksum_guard()
+{
+  const std::string hex = MLTorch::content_hash(model_->state_bytes());
+  const unsigned long long mine = std::stoull(hex, nullptr, 16);
+  std::vector<unsigned long long> all(universe->nprocs);
+  MPI_Allgather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all.data(), 1, MPI_UNSIGNED_LONG_LONG,
+                universe->uworld);
+  ++nchecks;
+  for (int r = 0; r < universe->nprocs; ++r)
+    if (all[r] != all[0]) {
+      // the same reduced data on every rank: all of them stop here together
+      error->all(FLERR,
+                 "Fix torch/finetune: model parameters differ between ranks/replicas after "
+                 "update {} (checksum {:016x} on universe rank 0, {:016x} on universe rank {}); "
+                 "replicas must run the same number of steps with the same fix settings",
+                 nupdates, all[0], all[r], r);
+    }
+}
+
+/* ----------------------------------------------------------------------
+   the fine-tuned model as a pair_style torch file, written atomically by
+   universe rank 0 (all replicas hold the same parameters)
+------------------------------------------------------------------------- */
+
+void FixTorchFinetune::save_model(const std::string &path)
+{
+  std::string message;
+  bool ok = true;
+  if (universe->me == 0) {
+    try {
+      const std::string prov =
+          fmt::format("{{\"parent_model\": \"{}\", \"parent_file_hash\": \"{}\", \"updates\": {}, "
+                      "\"step\": {}, \"teacher\": \"{}\"}}",
+                      student->model_path(), student->model_hash(), nupdates, update->ntimestep,
+                      teacher_style);
+      MLTorch::write_file_atomic(path, model_->file_bytes(prov));
+    } catch (std::exception &e) {
+      ok = false;
+      message = fmt::format("Fix torch/finetune: cannot save the model: {}", e.what());
+    }
+  }
+  universe_check(ok, message);
+  if (comm->me == 0 && log_every > 0)
+    utils::logmesg(lmp, "fix torch/finetune: saved model after {} updates to {}\n", nupdates, path);
+}
+
+/* ---------------------------------------------------------------------- */
+
+void FixTorchFinetune::post_run()
+{
+  if (!save_file.empty() && nupdates > 0) save_model(save_file);
+}
+
+/* ---------------------------------------------------------------------- */
+
+double FixTorchFinetune::compute_vector(int i)
+{
+  return vec[i];
+}
+
+/* ----------------------------------------------------------------------
+   restart: counters, parameters and optimizer state (identical on all
+   ranks, so rank 0 writes them)
+------------------------------------------------------------------------- */
+
+void FixTorchFinetune::write_restart(FILE *fp)
+{
+  if (pending > 0 && comm->me == 0)
+    error->warning(FLERR, "Fix torch/finetune: write_restart between updates: the {} "
+                          "configuration(s) accumulated since the last update are not stored",
+                   pending);
+  if (comm->me != 0) return;
+  std::string out;
+  put(out, RESTART_VERSION);
+  put_bytes(out, student->model_hash());
+  put(out, nupdates);
+  put(out, nskipped);
+  put(out, nrollbacks);
+  put(out, nconfigs);
+  put(out, loss_ema);
+  for (double v : vec) put(out, v);
+  put_bytes(out, model_->state_bytes());
+  put_bytes(out, trainer->state());
+  put_bytes(out, good_params);
+  put_bytes(out, good_optimizer);
+  const int n = static_cast<int>(out.size());
+  fwrite(&n, sizeof(int), 1, fp);
+  fwrite(out.data(), 1, out.size(), fp);
+}
+
+void FixTorchFinetune::restart(char *buf)
+{
+  const char *p = buf;
+  const int version = get<int>(p);
+  if (version != RESTART_VERSION)
+    error->all(FLERR, "Fix torch/finetune: restart data version {} is not the supported version {}",
+               version, RESTART_VERSION);
+  const std::string hash = get_bytes(p);
+  if (hash != student->model_hash())
+    error->all(FLERR,
+               "Fix torch/finetune: the restart file was written while training a model with file "
+               "hash {}, but pair_coeff loaded {} (hash {}); load the same model file that the "
+               "run which wrote the restart file started from",
+               hash, student->model_path(), student->model_hash());
+  nupdates = get<bigint>(p);
+  nskipped = get<bigint>(p);
+  nrollbacks = get<bigint>(p);
+  nconfigs = get<bigint>(p);
+  loss_ema = get<double>(p);
+  for (double &v : vec) v = get<double>(p);
+  const std::string params = get_bytes(p);
+  const std::string optim = get_bytes(p);
+  good_params = get_bytes(p);
+  good_optimizer = get_bytes(p);
+  try {
+    model_->load_state_bytes(params);
+    trainer->load_state(optim);
+  } catch (std::exception &e) {
+    error->all(FLERR, "Fix torch/finetune: cannot restore the training state: {}", e.what());
+  }
+  if (comm->me == 0)
+    utils::logmesg(lmp, "fix torch/finetune: restored parameters and optimizer state after {} "
+                        "updates\n", nupdates);
+}
+
+/* ---------------------------------------------------------------------- */
+
+int FixTorchFinetune::pack_forward_comm(int n, int *list, double *buf, int /*pbc_flag*/,
+                                        int * /*pbc*/)
+{
+  int m = 0;
+  for (int i = 0; i < n; ++i) {
+    const int j = list[i];
+    buf[m++] = resid[j][0];
+    buf[m++] = resid[j][1];
+    buf[m++] = resid[j][2];
+  }
+  return m;
+}
+
+void FixTorchFinetune::unpack_forward_comm(int n, int first, double *buf)
+{
+  int m = 0;
+  for (int i = first; i < first + n; ++i) {
+    resid[i][0] = buf[m++];
+    resid[i][1] = buf[m++];
+    resid[i][2] = buf[m++];
+  }
+}
+
+int FixTorchFinetune::pack_reverse_comm(int n, int first, double *buf)
+{
+  int m = 0;
+  for (int i = first; i < first + n; ++i) {
+    buf[m++] = fpart[i][0];
+    buf[m++] = fpart[i][1];
+    buf[m++] = fpart[i][2];
+  }
+  return m;
+}
+
+void FixTorchFinetune::unpack_reverse_comm(int n, int *list, double *buf)
+{
+  int m = 0;
+  for (int i = 0; i < n; ++i) {
+    const int j = list[i];
+    fpart[j][0] += buf[m++];
+    fpart[j][1] += buf[m++];
+    fpart[j][2] += buf[m++];
+  }
+}
+
+/* ---------------------------------------------------------------------- */
+
+double FixTorchFinetune::memory_usage()
+{
+  double bytes = 4.0 * 3.0 * nmax * sizeof(double);
+  bytes += replay_bytes();
+  bytes += (double) (good_params.size() + good_optimizer.size());
+  return bytes;
+}
+
+double FixTorchFinetune::replay_bytes() const
+{
+  double b = 0.0;
+  for (const auto &r : replay) b += r->bytes();
+  return b;
+}

@@ -1,0 +1,130 @@
+/* -*- c++ -*- ----------------------------------------------------------
+   LAMMPS - Large-scale Atomic/Molecular Massively Parallel Simulator
+   https://www.lammps.org/, Sandia National Laboratories
+   LAMMPS development team: developers@lammps.org
+
+   ML-TORCH package: TorchScript machine-learned potentials.
+   Distributed under the GNU General Public License, version 2.
+------------------------------------------------------------------------- */
+
+#ifdef FIX_CLASS
+// clang-format off
+FixStyle(torch/finetune,FixTorchFinetune);
+// clang-format on
+#else
+
+#ifndef LMP_FIX_TORCH_FINETUNE_H
+#define LMP_FIX_TORCH_FINETUNE_H
+
+#include "fix.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace MLTorch {
+class Model;
+class Trainer;
+struct OptimizerSettings;
+}    // namespace MLTorch
+
+namespace LAMMPS_NS {
+
+class FixTorchFinetune : public Fix {
+ public:
+  FixTorchFinetune(class LAMMPS *, int, char **);
+  ~FixTorchFinetune() override;
+
+  int setmask() override;
+  void init() override;
+  void setup(int) override;
+  void end_of_step() override;
+  void post_run() override;
+  double compute_vector(int) override;
+  void write_restart(FILE *) override;
+  void restart(char *) override;
+  double memory_usage() override;
+
+  int pack_forward_comm(int, int *, double *, int, int *) override;
+  void unpack_forward_comm(int, int, double *) override;
+  int pack_reverse_comm(int, int, double *) override;
+  void unpack_reverse_comm(int, int *, double *) override;
+
+  // for tests and tools: the replica-averaged loss gradient of the last
+  // update (trainable parameters, model order), before clipping
+  const std::vector<double> &last_gradient() const { return last_grad; }
+  bigint updates() const { return nupdates; }
+  bigint checksums_compared() const { return nchecks; }
+  MLTorch::Model *model() { return model_; }
+
+ protected:
+  // --- settings ---
+  std::string teacher_style, teacher_coeff;
+  double w_energy, w_force, w_stress;
+  std::unique_ptr<MLTorch::OptimizerSettings> opt;
+  std::string schedule;    // constant, exp, step, cosine
+  double sched_a, sched_b;
+  double clip;
+  int accumulate;
+  double max_force_error;    // skip updates above this force RMSE (0 = never)
+  double rollback_factor;    // roll back when the loss exceeds factor x running loss (0 = never)
+  int save_every, log_every, check_every;
+  std::string save_file;
+  std::vector<std::string> train_prefixes, freeze_prefixes;
+  int replay_capacity, replay_mix;
+  double replay_mbytes;
+
+  // --- state ---
+  class PairTorch *student;
+  MLTorch::Model *model_;
+  std::unique_ptr<MLTorch::Trainer> trainer;
+  std::string trainer_model_hash;
+  class Pair *teacher;
+  bool synced;
+  int pending;    // configurations accumulated since the last update
+  bigint nupdates, nskipped, nrollbacks, nchecks, nconfigs;
+  double loss_ema;
+  std::string good_params, good_optimizer;    // last parameters with an acceptable loss
+  std::string pending_restart_optimizer;
+
+  // statistics of the configurations accumulated since the last update,
+  // this replica only (identical on its ranks)
+  double acc_loss, acc_se_e, acc_se_f, acc_nf, acc_se_w;
+  double acc_n;
+  // thermo vector of the last update
+  double vec[11];
+  std::vector<double> last_grad;
+
+  // --- per-atom work arrays ---
+  int nmax;
+  double **fpart;    // partial model forces -> full forces on owners (reverse comm)
+  double **resid;    // force-loss weights on owners -> ghost copies (forward comm)
+  double **fref;     // teacher forces on owners
+  double **fsave;    // the MD forces, kept while the teacher runs
+  int commflag;
+
+  // --- replay buffer: this rank's share of past labelled configurations ---
+  struct Replay;
+  std::vector<std::unique_ptr<Replay>> replay;
+  bigint replay_next;
+
+  void parse_teacher();
+  void setup_trainable();
+  void check_replicas_consistent();
+  void grow_arrays();
+  void teacher_labels(double &e_ref, double *w_ref);
+  void train_current();
+  void train_replay(Replay &r);
+  void store_replay(const std::vector<double> &fref_nodes_unused);
+  void take_step();
+  double learning_rate() const;
+  void checksum_guard();
+  void save_model(const std::string &path);
+  void universe_check(bool ok, const std::string &message);
+  double replay_bytes() const;
+};
+
+}    // namespace LAMMPS_NS
+
+#endif
+#endif
