@@ -58,7 +58,7 @@ namespace {
 constexpr int RESTART_VERSION = 1;
 constexpr std::size_t BUCKET_DOUBLES = 1 << 20;    // 8 MB per reduction bucket
 constexpr int NSTATS = 6;                          // statistics appended to the gradient
-enum { COMM_PARTIAL, COMM_RESIDUAL, COMM_SLOT };
+enum { COMM_PARTIAL, COMM_RESIDUAL, COMM_NEW };
 
 // positional pack/unpack of the restart payload
 void put_bytes(std::string &out, const std::string &bytes)
@@ -288,6 +288,7 @@ FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
     error->all(FLERR, "Fix torch/finetune requires pair_style torch with its pair_coeff defined "
                       "before the fix");
   model_ = student->model();
+  model_serial = student->model_serial();
   if (atom->torque_flag)
     error->all(FLERR, "Fix torch/finetune supports point particles only (this atom style has "
                       "torques)");
@@ -483,7 +484,7 @@ void FixTorchFinetune::check_replicas_consistent()
 void FixTorchFinetune::init()
 {
   auto *pair = dynamic_cast<PairTorch *>(force->pair_match("^torch", 0));
-  if (pair != student || !student || student->model() != model_)
+  if (pair != student || !student || student->model_serial() != model_serial)
     error->all(FLERR, "Fix torch/finetune: the pair_style torch model changed after the fix was "
                       "defined; unfix and define the fix again after the new pair_coeff");
   if (force->newton_pair == 0)
@@ -566,7 +567,47 @@ void FixTorchFinetune::end_of_step()
 {
   grow_arrays();
   train_current();
-  if (++pending >= accumulate) take_step();
+  if (++pending >= accumulate) {
+    const bigint before = nupdates + nrollbacks;
+    take_step();
+    if (nupdates + nrollbacks != before) refresh_forces();
+  }
+}
+
+/* ----------------------------------------------------------------------
+   after the parameters changed: replace the model's share of this step's
+   MD forces by the new model's, so the next half-kick uses the model a
+   fresh force call (e.g. the set-up of the next run) would give; the
+   trajectory then does not depend on where runs or restarts split it
+------------------------------------------------------------------------- */
+
+void FixTorchFinetune::refresh_forces()
+{
+  const int nlocal = atom->nlocal;
+  const int nall = nlocal + atom->nghost;
+  MLTorch::GraphInput in;
+  student->training_graph(in);
+  const auto &node2atom = student->graph_atoms();
+  MLTorch::GraphOutput out;
+  try {
+    model_->evaluate(in, out, false);
+  } catch (std::exception &e) {
+    error->one(FLERR, "Fix torch/finetune on step {}: {}", update->ntimestep, e.what());
+  }
+  if (nall > 0) std::memset(&resid[0][0], 0, sizeof(double) * 3 * nall);
+  for (int64_t e = 0; e < in.n_edges; ++e) {
+    const int i = node2atom[in.edge_index[e]];
+    const int j = node2atom[in.edge_index[in.n_edges + e]];
+    for (int k = 0; k < 3; ++k) {
+      resid[i][k] += out.edge_grad[3 * e + k];
+      resid[j][k] -= out.edge_grad[3 * e + k];
+    }
+  }
+  commflag = COMM_NEW;
+  comm->reverse_comm(this);
+  double **f = atom->f;
+  for (int i = 0; i < nlocal; ++i)
+    for (int k = 0; k < 3; ++k) f[i][k] += resid[i][k] - fpart[i][k];
 }
 
 /* ----------------------------------------------------------------------
@@ -928,23 +969,25 @@ void FixTorchFinetune::unpack_forward_comm(int n, int first, double *buf)
 
 int FixTorchFinetune::pack_reverse_comm(int n, int first, double *buf)
 {
+  double **a = (commflag == COMM_NEW) ? resid : fpart;
   int m = 0;
   for (int i = first; i < first + n; ++i) {
-    buf[m++] = fpart[i][0];
-    buf[m++] = fpart[i][1];
-    buf[m++] = fpart[i][2];
+    buf[m++] = a[i][0];
+    buf[m++] = a[i][1];
+    buf[m++] = a[i][2];
   }
   return m;
 }
 
 void FixTorchFinetune::unpack_reverse_comm(int n, int *list, double *buf)
 {
+  double **a = (commflag == COMM_NEW) ? resid : fpart;
   int m = 0;
   for (int i = 0; i < n; ++i) {
     const int j = list[i];
-    fpart[j][0] += buf[m++];
-    fpart[j][1] += buf[m++];
-    fpart[j][2] += buf[m++];
+    a[j][0] += buf[m++];
+    a[j][1] += buf[m++];
+    a[j][2] += buf[m++];
   }
 }
 

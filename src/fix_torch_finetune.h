@@ -77,6 +77,7 @@ class FixTorchFinetune : public Fix {
   // --- state ---
   class PairTorch *student;
   MLTorch::Model *model_;
+  int model_serial;    // the student's model_serial() when the fix was defined
   std::unique_ptr<MLTorch::Trainer> trainer;
   std::string trainer_model_hash;
   class Pair *teacher;
@@ -117,6 +118,7 @@ class FixTorchFinetune : public Fix {
   void train_replay(Replay &r);
   void store_replay(const std::vector<double> &fref_nodes_unused);
   void take_step();
+  void refresh_forces();
   double learning_rate() const;
   void checksum_guard();
   void save_model(const std::string &path);

@@ -182,6 +182,7 @@ void PairTorch::coeff(int narg, char **arg)
   collective_check(ok, message);
   model_ = std::move(loaded);
   model_hash_ = MLTorch::content_hash(bytes);
+  ++model_serial_;
   const auto &meta = model_->metadata();
 
   // element names -> model species

@@ -52,11 +52,14 @@ class PairTorch : public Pair {
   int species_of_type(int type) const { return type2species[type]; }
   const std::string &model_hash() const { return model_hash_; }
   const std::string &model_path() const { return model_file; }
+  // changes whenever pair_coeff loads a model
+  int model_serial() const { return model_serial_; }
 
  protected:
   std::unique_ptr<MLTorch::Model> model_;
   std::string model_file;
   std::string model_hash_;    // content hash of the loaded file's bytes
+  int model_serial_ = 0;
   std::string device_name;    // torch device, "cpu" unless the device keyword says otherwise
   int nthreads;               // torch intra-op threads; 0 = LAMMPS default
   double cutoff;              // model cutoff

@@ -1,0 +1,612 @@
+/* ----------------------------------------------------------------------
+   ML-TORCH: fix torch/finetune.
+   - Gradient.*      the loss gradient on 1..4 ranks equals a 1-rank run
+   - Replicas.*      partitions hold bitwise-identical parameters
+   - DDP.*           N replicas x 1 configuration == 1 replica x N accumulated
+   - ChecksumGuard.* a desynchronised replica stops with the desync ERROR
+   - Learn.*         distilling SW into a spoilt student cuts the force error
+   - Restart.*       write_restart/read_restart continues the same training
+   - FinetuneErrors.*, ReplicaErrors.*  bad input -> ERROR text
+   Run under mpirun; replica tests split MPI_COMM_WORLD into one partition
+   per rank (-partition Nx1).
+------------------------------------------------------------------------- */
+
+#include "fix_torch_finetune.h"
+#include "input.h"
+#include "lammps.h"
+#include "library.h"
+#include "modify.h"
+
+#include "model.h"
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+using LAMMPS_NS::FixTorchFinetune;
+using LAMMPS_NS::LAMMPS;
+
+static const std::string potentials = ML_TORCH_POTENTIALS_DIR;
+static const std::string lammps_potentials = ML_TORCH_LAMMPS_POTENTIALS_DIR;
+static const std::string student = ML_TORCH_EXAMPLES_DIR "/finetune/si_student.pt";
+static int me = 0, nprocs = 1;
+static bool verbose = false;
+
+class Lammps {
+ public:
+  explicit Lammps(MPI_Comm comm = MPI_COMM_WORLD, const std::vector<std::string> &extra = {})
+  {
+    std::vector<std::string> args{"lmp", "-log", "none", "-echo", "none", "-nocite"};
+    if (!verbose) args.insert(args.end(), {"-screen", "none"});
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char *> argv;
+    for (auto &a : args) argv.push_back(a.data());
+    lmp = new LAMMPS(static_cast<int>(argv.size()), argv.data(), comm);
+  }
+  ~Lammps() { delete lmp; }
+  void cmd(const std::string &line) { lmp->input->one(line); }
+  void cmds(const std::vector<std::string> &lines)
+  {
+    for (const auto &l : lines) cmd(l);
+  }
+  FixTorchFinetune *fix(const char *id = "ft")
+  {
+    return dynamic_cast<FixTorchFinetune *>(lmp->modify->get_fix_by_id(id));
+  }
+  double thermo(const char *key) { return lammps_get_thermo(lmp, key); }
+  // the model's parameters and buffers (float64 models) as doubles
+  std::vector<double> params()
+  {
+    const std::string s = fix()->model()->state_bytes();
+    std::vector<double> v(s.size() / sizeof(double));
+    std::memcpy(v.data(), s.data(), s.size());
+    return v;
+  }
+  LAMMPS *lmp;
+};
+
+// one partition per MPI rank
+static std::vector<std::string> partitions()
+{
+  return {"-partition", std::to_string(nprocs) + "x1", "-plog", "none", "-pscreen", "none", "-in", "none"};
+}
+
+static std::string teacher()
+{
+  return "teacher sw \"* * " + lammps_potentials + "/Si.sw Si\"";
+}
+
+// 64 (or 2^3 x 8 n^3) Si atoms, displaced from the diamond lattice
+static std::vector<std::string> silicon(int n, int seed, const std::string &shape = "ortho")
+{
+  const std::string s = std::to_string(n);
+  std::vector<std::string> c{"units metal", "atom_modify map array", "lattice diamond 5.431"};
+  if (shape == "slab") {
+    // atoms fill half of the box in x: with processors * 1 1 some ranks own none
+    c.push_back("region box block 0 " + std::to_string(2 * n) + " 0 " + s + " 0 " + s);
+    c.push_back("processors * 1 1");
+    c.push_back("create_box 1 box");
+    c.push_back("region atoms block 0.1 " + std::to_string(n - 0.1) + " 0 " + s + " 0 " + s);
+    c.push_back("create_atoms 1 region atoms");
+  } else if (shape == "triclinic") {
+    c.push_back("region box prism 0 " + s + " 0 " + s + " 0 " + s + " 1 1 0");
+    c.push_back("create_box 1 box");
+    c.push_back("create_atoms 1 box");
+  } else {
+    c.push_back("region box block 0 " + s + " 0 " + s + " 0 " + s);
+    c.push_back("create_box 1 box");
+    c.push_back("create_atoms 1 box");
+  }
+  c.push_back("mass 1 28.0855");
+  c.push_back("displace_atoms all random 0.12 0.12 0.12 " + std::to_string(seed) + " units box");
+  return c;
+}
+
+static double max_abs(const std::vector<double> &v)
+{
+  double m = 0.0;
+  for (double x : v) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+static double max_diff(const std::vector<double> &a, const std::vector<double> &b)
+{
+  double m = 0.0;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+/* ----------------------------------------------------------------------
+   1. gradient exactness: energy + force + stress loss gradient on N ranks
+   vs the same configuration on one rank (MPI_COMM_SELF)
+------------------------------------------------------------------------- */
+
+struct GradientCase {
+  std::string name, model, shape;
+};
+
+class Gradient : public ::testing::TestWithParam<GradientCase> {};
+
+static std::vector<double> loss_gradient(MPI_Comm comm, const GradientCase &c, double *loss)
+{
+  Lammps l(comm);
+  l.cmds(silicon(2, 777, c.shape));
+  l.cmd("pair_style torch");
+  l.cmd("pair_coeff * * " + c.model + " Si");
+  l.cmd("fix ft all torch/finetune 1 " + teacher() +
+        " weights 1.0 10.0 1.0 optimizer sgd lr 1e-12 log 0 check 1");
+  l.cmd("run 1 post no");    // no integrator: the configuration stays put
+  *loss = l.fix()->compute_vector(0);
+  EXPECT_EQ(l.fix()->updates(), 1);
+  return l.fix()->last_gradient();
+}
+
+TEST_P(Gradient, EqualsOneRank)
+{
+  const auto &c = GetParam();
+  double loss_n = 0.0, loss_1 = 0.0;
+  const auto g_n = loss_gradient(MPI_COMM_WORLD, c, &loss_n);
+  if (me != 0) return;
+  const auto g_1 = loss_gradient(MPI_COMM_SELF, c, &loss_1);
+  ASSERT_EQ(g_n.size(), g_1.size());
+  ASSERT_GT(g_1.size(), 1000u);
+  const double scale = max_abs(g_1);
+  const double dev = max_diff(g_n, g_1) / scale;
+  std::printf("[ gradient ] %s on %d rank(s): loss %.10g (1 rank %.10g), |g|max %.4g, max "
+              "relative deviation %.3g\n",
+              c.name.c_str(), nprocs, loss_n, loss_1, scale, dev);
+  EXPECT_GT(scale, 1e-3);
+  EXPECT_LE(dev, 1e-10);
+  EXPECT_NEAR(loss_n, loss_1, 1e-12 * std::fabs(loss_1));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Systems, Gradient,
+    ::testing::Values(GradientCase{"local_ortho", potentials + "/si_local.pt", "ortho"},
+                      GradientCase{"local_triclinic", potentials + "/si_local.pt", "triclinic"},
+                      GradientCase{"local_slab", potentials + "/si_local.pt", "slab"},
+                      GradientCase{"mp2_ortho", potentials + "/si_mp2.pt", "ortho"},
+                      GradientCase{"mp2_slab", potentials + "/si_mp2.pt", "slab"}),
+    [](const ::testing::TestParamInfo<GradientCase> &info) { return info.param.name; });
+
+/* ----------------------------------------------------------------------
+   2. replicas at different temperatures keep bitwise-identical parameters
+------------------------------------------------------------------------- */
+
+TEST(Replicas, BitwiseIdenticalAfterEveryUpdate)
+{
+  if (nprocs < 2) GTEST_SKIP() << "needs >= 2 MPI ranks";
+  Lammps l(MPI_COMM_WORLD, partitions());
+  std::string temps, seeds;
+  for (int w = 0; w < nprocs; ++w) {
+    temps += " " + std::to_string(300 + 400 * w);
+    seeds += " " + std::to_string(1001 + w);
+  }
+  l.cmd("variable T world" + temps);
+  l.cmd("variable seed world" + seeds);
+  l.cmds(silicon(2, 31, "ortho"));
+  l.cmd("velocity all create ${T} ${seed} loop geom");
+  l.cmd("pair_style torch");
+  l.cmd("pair_coeff * * " + student + " Si");
+  l.cmd("fix ft all torch/finetune 1 " + teacher() + " weights 1.0 10.0 0.1 lr 2e-3 log 0 check 1");
+  l.cmd("fix md all nve");
+  const auto before = l.params();
+  l.cmd("run 200 post no");
+  const auto after = l.params();
+
+  EXPECT_EQ(l.fix()->updates(), 200);
+  EXPECT_EQ(l.fix()->checksums_compared(), 200);    // the checksum compared after every update
+  EXPECT_GT(max_diff(before, after), 1e-4);         // training really changed the model
+
+  // bitwise identical on every rank of every partition
+  const std::string mine = MLTorch::content_hash(l.fix()->model()->state_bytes());
+  std::vector<char> all(17 * nprocs);
+  MPI_Allgather(mine.c_str(), 17, MPI_CHAR, all.data(), 17, MPI_CHAR, MPI_COMM_WORLD);
+  for (int r = 0; r < nprocs; ++r) EXPECT_EQ(std::string(all.data() + 17 * r), mine) << "rank " << r;
+
+  // ... although the replicas ran different trajectories
+  const double temp = l.thermo("temp");
+  std::vector<double> temps_all(nprocs);
+  MPI_Allgather(&temp, 1, MPI_DOUBLE, temps_all.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
+  for (int r = 1; r < nprocs; ++r) EXPECT_NE(temps_all[r], temps_all[0]);
+  if (me == 0) std::printf("[ replicas ] %d partitions, 200 updates, parameter hash %s\n", nprocs, mine.c_str());
+}
+
+/* ----------------------------------------------------------------------
+   3. DDP equivalence: N replicas with one configuration each == one
+   replica accumulating the same N configurations
+------------------------------------------------------------------------- */
+
+static std::string ddp_fix(int accumulate)
+{
+  return "fix ft all torch/finetune 1 " + teacher() +
+      " weights 1.0 10.0 0.5 optimizer sgd lr 1e-3 log 0 accumulate " + std::to_string(accumulate);
+}
+
+TEST(DDP, ReplicasEqualAccumulation)
+{
+  if (nprocs < 2) GTEST_SKIP() << "needs >= 2 MPI ranks";
+  std::vector<double> initial, replicas;
+  {
+    Lammps l(MPI_COMM_WORLD, partitions());
+    int world = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world);    // one rank per partition
+    l.cmds(silicon(2, 500 + world, "ortho"));
+    l.cmd("pair_style torch");
+    l.cmd("pair_coeff * * " + potentials + "/si_local.pt Si");
+    l.cmd(ddp_fix(1));
+    initial = l.params();
+    l.cmd("run 1 post no");
+    EXPECT_EQ(l.fix()->updates(), 1);
+    replicas = l.params();
+  }
+  if (me != 0) return;
+  Lammps ref(MPI_COMM_SELF);
+  ref.cmds(silicon(2, 500, "ortho"));
+  ref.cmd("pair_style torch");
+  ref.cmd("pair_coeff * * " + potentials + "/si_local.pt Si");
+  ref.cmd(ddp_fix(nprocs));
+  for (int w = 0; w < nprocs; ++w) {
+    if (w > 0) {
+      ref.cmd("delete_atoms group all");
+      ref.cmd("create_atoms 1 box");
+      ref.cmd("displace_atoms all random 0.12 0.12 0.12 " + std::to_string(500 + w) + " units box");
+    }
+    ref.cmd("run 1 post no");
+    EXPECT_EQ(ref.fix()->updates(), w + 1 == nprocs ? 1 : 0);
+  }
+  const auto accumulated = ref.params();
+  ASSERT_EQ(accumulated.size(), replicas.size());
+  std::vector<double> d_rep(initial.size()), d_acc(initial.size());
+  for (std::size_t k = 0; k < initial.size(); ++k) {
+    d_rep[k] = replicas[k] - initial[k];
+    d_acc[k] = accumulated[k] - initial[k];
+  }
+  const double dev = max_diff(replicas, accumulated) / max_abs(accumulated);
+  const double dev_step = max_diff(d_rep, d_acc) / max_abs(d_acc);
+  std::printf("[ DDP ] %d replicas x 1 vs 1 x %d accumulated: parameters %.3g, update step %.3g "
+              "(max relative), largest step %.3g\n",
+              nprocs, nprocs, dev, dev_step, max_abs(d_acc));
+  EXPECT_GT(max_abs(d_acc), 1e-6);
+  EXPECT_LE(dev, 1e-12);
+  EXPECT_LE(dev_step, 1e-9);
+}
+
+/* ----------------------------------------------------------------------
+   6. a replica whose parameters drift away stops every replica
+------------------------------------------------------------------------- */
+
+TEST(ChecksumGuard, DesyncedReplicaStopsTheRun)
+{
+  if (nprocs < 2) GTEST_SKIP() << "needs >= 2 MPI ranks";
+  Lammps l(MPI_COMM_WORLD, partitions());
+  l.cmds(silicon(2, 31, "ortho"));
+  l.cmd("velocity all create 600 4928 loop geom");
+  l.cmd("pair_style torch");
+  l.cmd("pair_coeff * * " + student + " Si");
+  l.cmd("fix ft all torch/finetune 1 " + teacher() + " log 0 check 1");
+  l.cmd("fix md all nve");
+  l.cmd("run 3 post no");
+  if (me == nprocs - 1) {    // the last replica's parameters are changed behind its back
+    std::string s = l.fix()->model()->state_bytes();
+    double v;
+    std::memcpy(&v, s.data(), sizeof(double));
+    v *= 1.0 + 1e-12;
+    std::memcpy(s.data(), &v, sizeof(double));
+    l.fix()->model()->load_state_bytes(s);
+  }
+  std::string msg;
+  try {
+    l.cmd("run 3 post no");
+  } catch (std::exception &e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("model parameters differ between ranks/replicas after update 4"),
+            std::string::npos)
+      << "got: '" << msg << "'";
+}
+
+/* ----------------------------------------------------------------------
+   4. distilling SW into the spoilt student halves the force error
+------------------------------------------------------------------------- */
+
+TEST(Learn, DistillationCutsForceError)
+{
+  if (nprocs > 1) GTEST_SKIP() << "runs on one rank";
+  Lammps l(MPI_COMM_SELF);
+  l.cmds(silicon(2, 4242, "ortho"));
+  l.cmd("velocity all create 1200 4928 loop geom");
+  l.cmd("pair_style torch");
+  l.cmd("pair_coeff * * " + student + " Si");
+  l.cmd("fix ft all torch/finetune 2 " + teacher() + " weights 1.0 10.0 0.1 lr 2e-3 log 0");
+  l.cmd("fix md all nve");
+  std::vector<double> f_rmse;
+  for (int chunk = 0; chunk < 50; ++chunk) {    // 400 steps, 200 updates
+    l.cmd("run 8 post no");
+    f_rmse.push_back(l.fix()->compute_vector(2));
+  }
+  // force RMSE of fresh configurations, before the update that uses them
+  const double first = (f_rmse[0] + f_rmse[1]) / 2.0;
+  double last = 0.0;
+  for (int k = 40; k < 50; ++k) last += f_rmse[k] / 10.0;
+  std::printf("[ learn ] force RMSE vs SW: first updates %.4f eV/A, last 40 updates %.4f eV/A "
+              "(ratio %.3f) after %lld updates\n",
+              first, last, last / first, static_cast<long long>(l.fix()->updates()));
+  EXPECT_EQ(l.fix()->updates(), 200);
+  EXPECT_GT(first, 0.2);
+  EXPECT_LT(last, 0.5 * first);
+}
+
+/* ----------------------------------------------------------------------
+   5. 200 steps == 100 steps + write_restart + read_restart + 100 steps
+------------------------------------------------------------------------- */
+
+static std::string restart_fix()
+{
+  return "fix ft all torch/finetune 2 " + teacher() +
+      " weights 1.0 10.0 0.1 lr 1e-3 optimizer adamw weight_decay 1e-4 schedule exp 0.99 clip 10 "
+      "rollback 50 log 0";
+}
+
+TEST(Restart, ContinuesExactly)
+{
+  if (nprocs > 1) GTEST_SKIP() << "runs on one rank";
+  const std::string file = ::testing::TempDir() + "/finetune.restart";
+  std::vector<std::string> setup = silicon(2, 99, "ortho");
+  setup.push_back("velocity all create 900 4928 loop geom");
+
+  Lammps a(MPI_COMM_SELF);
+  a.cmds(setup);
+  a.cmds({"pair_style torch", "pair_coeff * * " + student + " Si", restart_fix(), "fix md all nve",
+          "run 200 post no"});
+  const auto pa = a.params();
+  const double pe_a = a.thermo("pe"), ke_a = a.thermo("ke");
+  std::vector<double> va;
+  for (int k = 0; k < 11; ++k) va.push_back(a.fix()->compute_vector(k));
+
+  {
+    Lammps b1(MPI_COMM_SELF);
+    b1.cmds(setup);
+    b1.cmds({"pair_style torch", "pair_coeff * * " + student + " Si", restart_fix(),
+             "fix md all nve", "run 100 post no", "write_restart " + file});
+  }
+  Lammps b2(MPI_COMM_SELF);
+  b2.cmds({"read_restart " + file, "pair_style torch", "pair_coeff * * " + student + " Si",
+           restart_fix(), "fix md all nve"});
+  EXPECT_EQ(b2.fix()->updates(), 50);
+  b2.cmd("run 100 post no");
+  const auto pb = b2.params();
+  std::vector<double> vb;
+  for (int k = 0; k < 11; ++k) vb.push_back(b2.fix()->compute_vector(k));
+
+  const double dp = max_diff(pa, pb) / max_abs(pa);
+  std::printf("[ restart ] parameters %.3g (max relative), pe %.12g vs %.12g, loss %.10g vs %.10g\n",
+              dp, pe_a, b2.thermo("pe"), va[0], vb[0]);
+  EXPECT_EQ(b2.fix()->updates(), 100);
+  EXPECT_LE(dp, 1e-10);
+  EXPECT_NEAR(b2.thermo("pe"), pe_a, 1e-10 * std::fabs(pe_a));
+  EXPECT_NEAR(b2.thermo("ke"), ke_a, 1e-9 * std::fabs(ke_a));
+  for (int k = 0; k < 11; ++k) EXPECT_NEAR(vb[k], va[k], 1e-8 * std::fabs(va[k]) + 1e-14) << k;
+  std::remove(file.c_str());
+}
+
+/* ----------------------------------------------------------------------
+   7. bad input
+------------------------------------------------------------------------- */
+
+class FinetuneErrors : public ::testing::Test {
+ protected:
+  void SetUp() override { l = std::make_unique<Lammps>(MPI_COMM_SELF); }
+  void TearDown() override { l.reset(); }
+  void base(const std::string &model = potentials + "/si_local.pt")
+  {
+    l->cmds(silicon(2, 7, "ortho"));
+    if (!model.empty()) l->cmds({"pair_style torch", "pair_coeff * * " + model + " Si"});
+  }
+  std::string error_of(const std::vector<std::string> &lines)
+  {
+    try {
+      l->cmds(lines);
+    } catch (std::exception &e) {
+      return e.what();
+    }
+    return "";
+  }
+  std::unique_ptr<Lammps> l;
+};
+
+#define EXPECT_ERROR(text, ...)                                             \
+  do {                                                                      \
+    const std::string msg = error_of({__VA_ARGS__});                        \
+    EXPECT_NE(msg.find(text), std::string::npos) << "got: '" << msg << "'"; \
+  } while (0)
+
+TEST_F(FinetuneErrors, WithoutPairTorch)
+{
+  if (me != 0) GTEST_SKIP();
+  base("");
+  EXPECT_ERROR("requires pair_style torch", "pair_style sw",
+               "pair_coeff * * " + lammps_potentials + "/Si.sw Si",
+               "fix ft all torch/finetune 1 " + teacher());
+}
+
+TEST_F(FinetuneErrors, UnknownTeacherStyle)
+{
+  if (me != 0) GTEST_SKIP();
+  base();
+  EXPECT_ERROR("teacher: unknown pair style 'snap/xyz'",
+               "fix ft all torch/finetune 1 teacher snap/xyz \"* * a b Si\"");
+}
+
+TEST_F(FinetuneErrors, BadTeacherCoefficients)
+{
+  if (me != 0) GTEST_SKIP();
+  base();
+  EXPECT_ERROR("cannot open sw potential file", "fix ft all torch/finetune 1 teacher sw \"* * /nonexistent/Si.sw Si\"");
+  EXPECT_ERROR("need at least the two atom types",
+               "fix ft all torch/finetune 1 teacher sw \"*\"");
+}
+
+TEST_F(FinetuneErrors, MissingTeacher)
+{
+  if (me != 0) GTEST_SKIP();
+  base();
+  EXPECT_ERROR("needs a reference: teacher", "fix ft all torch/finetune 1 lr 1e-3");
+}
+
+TEST_F(FinetuneErrors, TeacherCutoffNeedsMoreGhosts)
+{
+  if (me != 0) GTEST_SKIP();
+  base();
+  EXPECT_ERROR("add 'comm_modify cutoff 12'",
+               "fix ft all torch/finetune 1 teacher \"lj/cut 10.0\" \"* * 0.01 2.0\"", "run 1");
+}
+
+TEST_F(FinetuneErrors, TeacherCutoffWithCommModifyWorks)
+{
+  if (me != 0) GTEST_SKIP();
+  base();
+  EXPECT_EQ(error_of({"comm_modify cutoff 12.0",
+                      "fix ft all torch/finetune 1 teacher \"lj/cut 10.0\" \"* * 0.01 2.0\" log 0",
+                      "run 1 post no"}),
+            "");
+}
+
+TEST_F(FinetuneErrors, GroupNotAll)
+{
+  if (me != 0) GTEST_SKIP();
+  base();
+  EXPECT_ERROR("use group 'all', not 'half'", "group half id <= 32",
+               "fix ft half torch/finetune 1 " + teacher());
+}
+
+TEST_F(FinetuneErrors, NothingTrainable)
+{
+  if (me != 0) GTEST_SKIP();
+  base();
+  EXPECT_ERROR("nothing to train", "fix ft all torch/finetune 1 " + teacher() + " freeze descriptor nets");
+}
+
+TEST_F(FinetuneErrors, UnknownParameterPrefix)
+{
+  if (me != 0) GTEST_SKIP();
+  base();
+  EXPECT_ERROR("train readout: no model parameter is named readout",
+               "fix ft all torch/finetune 1 " + teacher() + " train readout");
+}
+
+TEST_F(FinetuneErrors, InvalidWeights)
+{
+  if (me != 0) GTEST_SKIP();
+  base();
+  EXPECT_ERROR("must be >= 0 and not all zero", "fix ft all torch/finetune 1 " + teacher() + " weights 1 -1 0");
+  EXPECT_ERROR("must be >= 0 and not all zero", "fix ft all torch/finetune 1 " + teacher() + " weights 0 0 0");
+}
+
+TEST_F(FinetuneErrors, InvalidLearningRate)
+{
+  if (me != 0) GTEST_SKIP();
+  base();
+  EXPECT_ERROR("learning rate 0 must be > 0", "fix ft all torch/finetune 1 " + teacher() + " lr 0");
+  EXPECT_ERROR("learning rate -1e-3 must be > 0", "fix ft all torch/finetune 1 " + teacher() + " lr -1e-3");
+}
+
+TEST_F(FinetuneErrors, BadKeywords)
+{
+  if (me != 0) GTEST_SKIP();
+  base();
+  EXPECT_ERROR("optimizer lbfgs is unknown", "fix ft all torch/finetune 1 " + teacher() + " optimizer lbfgs");
+  EXPECT_ERROR("Unknown fix torch/finetune keyword: speed",
+               "fix ft all torch/finetune 1 " + teacher() + " speed 2");
+  EXPECT_ERROR("training interval N = 0 must be >= 1", "fix ft all torch/finetune 0 " + teacher());
+  EXPECT_ERROR("schedule cosine needs", "fix ft all torch/finetune 1 " + teacher() + " schedule cosine 0 0");
+}
+
+TEST_F(FinetuneErrors, ModelReloadedAfterFix)
+{
+  if (me != 0) GTEST_SKIP();
+  base();
+  EXPECT_ERROR("model changed after the fix was defined",
+               "fix ft all torch/finetune 1 " + teacher() + " log 0",
+               "pair_coeff * * " + potentials + "/si_local.pt Si", "run 1");
+}
+
+TEST_F(FinetuneErrors, RestartWithOtherModel)
+{
+  if (me != 0) GTEST_SKIP();
+  const std::string file = ::testing::TempDir() + "/other.restart";
+  base();
+  l->cmds({"fix ft all torch/finetune 1 " + teacher() + " log 0", "run 1 post no", "write_restart " + file});
+  l = std::make_unique<Lammps>(MPI_COMM_SELF);
+  EXPECT_ERROR("restart file was written while training a model with file hash",
+               "read_restart " + file, "pair_style torch", "pair_coeff * * " + student + " Si",
+               "fix ft all torch/finetune 1 " + teacher());
+  std::remove(file.c_str());
+}
+
+/* ---------------------------------------------------------------------- */
+
+TEST(ReplicaErrors, DifferentModels)
+{
+  if (nprocs < 2) GTEST_SKIP() << "needs >= 2 MPI ranks";
+  Lammps l(MPI_COMM_WORLD, partitions());
+  std::string models;
+  for (int w = 0; w < nprocs; ++w) models += " " + (w == 0 ? potentials + "/si_local.pt" : student);
+  l.cmd("variable model world" + models);
+  l.cmds(silicon(2, 7, "ortho"));
+  l.cmds({"pair_style torch", "pair_coeff * * ${model} Si",
+          "fix ft all torch/finetune 1 " + teacher() + " log 0"});
+  std::string msg;
+  try {
+    l.cmd("run 1 post no");
+  } catch (std::exception &e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("replicas disagree on the model or training settings"), std::string::npos)
+      << "got: '" << msg << "'";
+}
+
+TEST(ReplicaErrors, DifferentSettings)
+{
+  if (nprocs < 2) GTEST_SKIP() << "needs >= 2 MPI ranks";
+  Lammps l(MPI_COMM_WORLD, partitions());
+  std::string every;
+  for (int w = 0; w < nprocs; ++w) every += w == 0 ? " 1" : " 2";
+  l.cmd("variable every world" + every);
+  l.cmds(silicon(2, 7, "ortho"));
+  l.cmds({"pair_style torch", "pair_coeff * * " + potentials + "/si_local.pt Si",
+          "fix ft all torch/finetune ${every} " + teacher() + " log 0"});
+  std::string msg;
+  try {
+    l.cmd("run 1 post no");
+  } catch (std::exception &e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("replicas disagree"), std::string::npos) << "got: '" << msg << "'";
+}
+
+/* ---------------------------------------------------------------------- */
+
+int main(int argc, char **argv)
+{
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
+  ::testing::InitGoogleTest(&argc, argv);
+  for (int i = 1; i < argc; i++)
+    if (std::string(argv[i]) == "--verbose-lammps") verbose = true;
+  if (me != 0) {
+    auto &listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  const int rv = RUN_ALL_TESTS();
+  int worst = rv;
+  MPI_Allreduce(&rv, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return worst;
+}
