@@ -48,6 +48,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <cstdint>
 #include <exception>
 
 using namespace LAMMPS_NS;
@@ -57,7 +58,7 @@ using MathConst::MY_PI;
 namespace {
 constexpr int RESTART_VERSION = 1;
 constexpr std::size_t BUCKET_DOUBLES = 1 << 20;    // 8 MB per reduction bucket
-constexpr int NSTATS = 6;                          // statistics appended to the gradient
+constexpr int NSTATS = 7;                          // statistics appended to the gradient
 enum { COMM_PARTIAL, COMM_RESIDUAL, COMM_NEW };
 
 // positional pack/unpack of the restart payload
@@ -105,21 +106,51 @@ bool starts_with(const std::string &name, const std::string &prefix)
 /* ---------------------------------------------------------------------- */
 
 struct FixTorchFinetune::Replay {
-  // this rank's piece of the configuration's graph
+  // this rank's piece of the configuration's graph; nodes [0, n_local) are
+  // the atoms this rank owned when the configuration was stored
   int64_t n_nodes = 0, n_local = 0, n_edges = 0;
   std::vector<double> edge_vec;
   std::vector<int64_t> edge_index, species;
-  // owner (world rank, node slot) of every node; slot < n_local on the owner
-  std::vector<int> owner_rank, owner_slot;
-  std::vector<double> fref;    // [n_local][3] teacher forces of the local nodes
+  // ghost nodes grouped by the world rank that owned their atom
+  std::vector<int64_t> ghost_nodes;
+  std::vector<int> send_counts, send_displs;
+  // node slots of this rank that every other rank holds ghost copies of
+  std::vector<int> recv_slots, recv_counts, recv_displs;
+  std::vector<double> fref;    // [n_local][3] teacher forces
   double e_ref = 0.0, w_ref[6] = {0, 0, 0, 0, 0, 0};
   double natoms = 0.0;    // covered atoms of the whole configuration
   double bytes() const
   {
-    return (double) edge_vec.size() * 8 + (double) (edge_index.size() + species.size()) * 8 +
-        (double) (owner_rank.size() + owner_slot.size()) * 4 + (double) fref.size() * 8;
+    return 8.0 * (edge_vec.size() + edge_index.size() + species.size() + ghost_nodes.size() +
+                  fref.size()) +
+        4.0 * (send_counts.size() + send_displs.size() + recv_slots.size() + recv_counts.size() +
+               recv_displs.size()) +
+        sizeof(Replay);
   }
 };
+
+// the loss of one configuration and its gradient coefficients from the
+// configuration's global sums (see the top of this file)
+struct LossTerms {
+  double loss, de, se_w, cf, ce, dw[6], cw[6];
+};
+
+static LossTerms loss_terms(double wE, double wF, double wS, double e, double e_ref,
+                            const double *w, const double *w_ref, double se_f, double natoms)
+{
+  LossTerms t;
+  t.de = (e - e_ref) / natoms;
+  t.se_w = 0.0;
+  for (int k = 0; k < 6; ++k) {
+    t.dw[k] = (w[k] - w_ref[k]) / natoms;
+    t.se_w += t.dw[k] * t.dw[k];
+    t.cw[k] = 2.0 * wS * t.dw[k] / (6.0 * natoms);
+  }
+  t.loss = wE * t.de * t.de + wF * se_f / (3.0 * natoms) + wS * t.se_w / 6.0;
+  t.cf = 2.0 * wF / (3.0 * natoms);
+  t.ce = 2.0 * wE * t.de / natoms;
+  return t;
+}
 
 /* ---------------------------------------------------------------------- */
 
@@ -132,7 +163,7 @@ FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
     pending(0), nupdates(0), nskipped(0), nrollbacks(0), nchecks(0), nconfigs(0), loss_ema(-1.0),
     acc_loss(0), acc_se_e(0), acc_se_f(0), acc_nf(0), acc_se_w(0), acc_n(0), nmax(0),
     fpart(nullptr), resid(nullptr), fref(nullptr), fsave(nullptr), commflag(COMM_PARTIAL),
-    replay_next(0)
+    stored_this_round(0), replay_warned(false), acc_ngrad(0)
 {
   if (narg < 4) utils::missing_cmd_args(FLERR, "fix torch/finetune", error);
   if (igroup != 0)
@@ -665,35 +696,27 @@ void FixTorchFinetune::train_current()
   const double natoms = sum[14];
   if (natoms < 1.0)
     error->all(FLERR, "Fix torch/finetune: no atom of a type the model covers; nothing to train on");
-  const double de = (sum[0] - sum[1]) / natoms;
-  double dw[6], se_w = 0.0;
-  for (int k = 0; k < 6; ++k) {
-    dw[k] = (sum[2 + k] - sum[8 + k]) / natoms;
-    se_w += dw[k] * dw[k];
-  }
-  const double se_f = sum[15];
-  const double loss = w_energy * de * de + w_force * se_f / (3.0 * natoms) + w_stress * se_w / 6.0;
+  const auto t = loss_terms(w_energy, w_force, w_stress, sum[0], sum[1], sum + 2, sum + 8, sum[15],
+                            natoms);
 
   // stage 2: residual weights on owners, copied to ghost images by LAMMPS
   // forward communication, then the weighted backward pass on every rank
-  const double cf = 2.0 * w_force / (3.0 * natoms);
   for (int i = 0; i < nlocal; ++i) {
     const bool covered = student->species_of_type(type[i]) >= 0;
-    for (int k = 0; k < 3; ++k) resid[i][k] = covered ? cf * (fpart[i][k] - fref[i][k]) : 0.0;
+    for (int k = 0; k < 3; ++k) resid[i][k] = covered ? t.cf * (fpart[i][k] - fref[i][k]) : 0.0;
   }
   commflag = COMM_RESIDUAL;
   comm->forward_comm(this);
   std::vector<double> weights(3 * in.n_nodes);
   for (int64_t n = 0; n < in.n_nodes; ++n)
     for (int k = 0; k < 3; ++k) weights[3 * n + k] = resid[node2atom[n]][k];
-  const double ce = 2.0 * w_energy * de / natoms;
-  double cw[6];
-  for (int k = 0; k < 6; ++k) cw[k] = 2.0 * w_stress * dw[k] / (6.0 * natoms);
   try {
-    model_->backward_train(weights, ce, cw);
+    model_->backward_train(weights, t.ce, t.cw);
   } catch (std::exception &e) {
     error->one(FLERR, "Fix torch/finetune on step {}: {}", update->ntimestep, e.what());
   }
+  const double loss = t.loss, de = t.de, se_w = t.se_w, se_f = sum[15];
+  if (replay_capacity > 0) store_replay(in, sum[1], sum + 8, natoms);
 
   acc_loss += loss;
   acc_se_e += de * de;
@@ -701,7 +724,171 @@ void FixTorchFinetune::train_current()
   acc_nf += 3.0 * natoms;
   acc_se_w += se_w / 6.0;
   acc_n += 1.0;
+  acc_ngrad += 1.0;
   ++nconfigs;
+}
+
+/* ----------------------------------------------------------------------
+   keep this rank's piece of the configuration just trained on for replay.
+   LAMMPS's ghost exchange pattern of this step is gone once atoms move, so
+   the piece records, for each ghost node, the world rank and node slot of
+   its owner; replays exchange partial forces and residuals along that map
+   with MPI_Alltoallv (the same sums LAMMPS's reverse/forward comm do now).
+------------------------------------------------------------------------- */
+
+void FixTorchFinetune::store_replay(const MLTorch::GraphInput &in, double e_ref,
+                                    const double *w_ref, double natoms)
+{
+  const auto &node2atom = student->graph_atoms();
+  const int nall = atom->nlocal + atom->nghost;
+  const int nprocs = comm->nprocs;
+  auto r = std::make_unique<Replay>();
+  r->n_nodes = in.n_nodes;
+  r->n_local = in.n_local;
+  r->n_edges = in.n_edges;
+  r->edge_vec.assign(in.edge_vectors, in.edge_vectors + 3 * in.n_edges);
+  r->edge_index.assign(in.edge_index, in.edge_index + 2 * in.n_edges);
+  r->species.assign(in.species, in.species + in.n_nodes);
+  r->e_ref = e_ref;
+  for (int k = 0; k < 6; ++k) r->w_ref[k] = w_ref[k];
+  r->natoms = natoms;
+  r->fref.resize(3 * in.n_local);
+  for (int64_t n = 0; n < in.n_local; ++n)
+    for (int k = 0; k < 3; ++k) r->fref[3 * n + k] = fref[node2atom[n]][k];
+
+  // (owner rank, slot) of every atom, copied to its ghost images
+  for (int i = 0; i < nall; ++i) resid[i][0] = resid[i][1] = resid[i][2] = -1.0;
+  for (int64_t n = 0; n < in.n_local; ++n) {
+    resid[node2atom[n]][0] = comm->me;
+    resid[node2atom[n]][1] = static_cast<double>(n);
+  }
+  commflag = COMM_RESIDUAL;
+  comm->forward_comm(this);
+
+  std::vector<std::vector<int64_t>> by_owner(nprocs);
+  std::vector<std::vector<int>> slots(nprocs);
+  for (int64_t n = in.n_local; n < in.n_nodes; ++n) {
+    const int a = node2atom[n];
+    const int owner = static_cast<int>(resid[a][0]);
+    if (owner < 0 || owner >= nprocs)
+      error->one(FLERR, "Fix torch/finetune: replay buffer: ghost atom without an owner slot");
+    by_owner[owner].push_back(n);
+    slots[owner].push_back(static_cast<int>(resid[a][1]));
+  }
+  r->send_counts.resize(nprocs);
+  r->send_displs.resize(nprocs);
+  std::vector<int> send_slots;
+  for (int p = 0; p < nprocs; ++p) {
+    r->send_counts[p] = static_cast<int>(by_owner[p].size());
+    r->send_displs[p] = static_cast<int>(r->ghost_nodes.size());
+    r->ghost_nodes.insert(r->ghost_nodes.end(), by_owner[p].begin(), by_owner[p].end());
+    send_slots.insert(send_slots.end(), slots[p].begin(), slots[p].end());
+  }
+  r->recv_counts.resize(nprocs);
+  r->recv_displs.resize(nprocs);
+  MPI_Alltoall(r->send_counts.data(), 1, MPI_INT, r->recv_counts.data(), 1, MPI_INT, world);
+  int nrecv = 0;
+  for (int p = 0; p < nprocs; ++p) {
+    r->recv_displs[p] = nrecv;
+    nrecv += r->recv_counts[p];
+  }
+  r->recv_slots.resize(nrecv);
+  MPI_Alltoallv(send_slots.data(), r->send_counts.data(), r->send_displs.data(), MPI_INT,
+                r->recv_slots.data(), r->recv_counts.data(), r->recv_displs.data(), MPI_INT, world);
+
+  // bounded memory: the oldest pieces go first, the same ones on every rank
+  const double limit = replay_mbytes * 1024.0 * 1024.0;
+  const double need = r->bytes();
+  double total = replay_bytes();
+  int evict = 0;
+  if (need > limit) {
+    evict = -1;    // this piece alone is too big for the bound
+  } else {
+    while (total + need > limit && evict < static_cast<int>(replay.size()))
+      total -= replay[evict++]->bytes();
+  }
+  int evict_all = 0, too_big = (evict < 0) ? 1 : 0, any_too_big = 0;
+  MPI_Allreduce(&too_big, &any_too_big, 1, MPI_INT, MPI_MAX, world);
+  if (any_too_big) {
+    if (!replay_warned && comm->me == 0)
+      error->warning(FLERR, "Fix torch/finetune: one configuration needs more than the replay "
+                            "memory bound of {} MB on a rank; the replay buffer stays empty "
+                            "(raise replay_memory)", replay_mbytes);
+    replay_warned = true;
+    return;
+  }
+  MPI_Allreduce(&evict, &evict_all, 1, MPI_INT, MPI_MAX, world);
+  if (static_cast<int>(replay.size()) - evict_all >= replay_capacity)
+    evict_all = static_cast<int>(replay.size()) - replay_capacity + 1;
+  replay.erase(replay.begin(), replay.begin() + evict_all);
+  replay.push_back(std::move(r));
+  ++stored_this_round;
+}
+
+/* ----------------------------------------------------------------------
+   the loss gradient of a stored configuration with the current model
+------------------------------------------------------------------------- */
+
+void FixTorchFinetune::train_replay(Replay &r)
+{
+  MLTorch::GraphInput in;
+  in.n_nodes = r.n_nodes;
+  in.n_local = r.n_local;
+  in.n_edges = r.n_edges;
+  in.edge_vectors = r.edge_vec.data();
+  in.edge_index = r.edge_index.data();
+  in.species = r.species.data();
+  double e_part = 0.0, w_part[6];
+  std::vector<double> nf;
+  try {
+    model_->forward_train(in, e_part, nf, w_part);
+  } catch (std::exception &e) {
+    error->one(FLERR, "Fix torch/finetune replay on step {}: {}", update->ntimestep, e.what());
+  }
+
+  // partial forces of ghost nodes -> owners
+  const int nprocs = comm->nprocs;
+  std::vector<int> sc3(nprocs), sd3(nprocs), rc3(nprocs), rd3(nprocs);
+  for (int p = 0; p < nprocs; ++p) {
+    sc3[p] = 3 * r.send_counts[p];
+    sd3[p] = 3 * r.send_displs[p];
+    rc3[p] = 3 * r.recv_counts[p];
+    rd3[p] = 3 * r.recv_displs[p];
+  }
+  std::vector<double> sendbuf(3 * r.ghost_nodes.size()), recvbuf(3 * r.recv_slots.size());
+  for (std::size_t g = 0; g < r.ghost_nodes.size(); ++g)
+    for (int k = 0; k < 3; ++k) sendbuf[3 * g + k] = nf[3 * r.ghost_nodes[g] + k];
+  MPI_Alltoallv(sendbuf.data(), sc3.data(), sd3.data(), MPI_DOUBLE, recvbuf.data(), rc3.data(),
+                rd3.data(), MPI_DOUBLE, world);
+  std::vector<double> F(nf.begin(), nf.begin() + 3 * r.n_local);
+  for (std::size_t q = 0; q < r.recv_slots.size(); ++q)
+    for (int k = 0; k < 3; ++k) F[3 * r.recv_slots[q] + k] += recvbuf[3 * q + k];
+
+  double local[8] = {e_part, w_part[0], w_part[1], w_part[2], w_part[3], w_part[4], w_part[5], 0.0};
+  for (int64_t n = 0; n < 3 * r.n_local; ++n) {
+    const double d = F[n] - r.fref[n];
+    local[7] += d * d;
+  }
+  double sum[8];
+  MPI_Allreduce(local, sum, 8, MPI_DOUBLE, MPI_SUM, world);
+  const auto t = loss_terms(w_energy, w_force, w_stress, sum[0], r.e_ref, sum + 1, r.w_ref, sum[7],
+                            r.natoms);
+
+  // residual weights: own nodes directly, ghost nodes from their owners
+  std::vector<double> weights(3 * r.n_nodes, 0.0);
+  for (int64_t n = 0; n < 3 * r.n_local; ++n) weights[n] = t.cf * (F[n] - r.fref[n]);
+  for (std::size_t q = 0; q < r.recv_slots.size(); ++q)
+    for (int k = 0; k < 3; ++k) recvbuf[3 * q + k] = weights[3 * r.recv_slots[q] + k];
+  MPI_Alltoallv(recvbuf.data(), rc3.data(), rd3.data(), MPI_DOUBLE, sendbuf.data(), sc3.data(),
+                sd3.data(), MPI_DOUBLE, world);
+  for (std::size_t g = 0; g < r.ghost_nodes.size(); ++g)
+    for (int k = 0; k < 3; ++k) weights[3 * r.ghost_nodes[g] + k] = sendbuf[3 * g + k];
+  try {
+    model_->backward_train(weights, t.ce, t.cw);
+  } catch (std::exception &e) {
+    error->one(FLERR, "Fix torch/finetune replay on step {}: {}", update->ntimestep, e.what());
+  }
+  acc_ngrad += 1.0;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -726,11 +913,25 @@ double FixTorchFinetune::learning_rate() const
 
 void FixTorchFinetune::take_step()
 {
+  // replayed configurations join the gradient: deterministic picks among
+  // those stored before this round, the same on every rank of the replica
+  const int eligible = static_cast<int>(replay.size()) - stored_this_round;
+  const int nmix = std::min(replay_mix, std::max(eligible, 0));
+  for (int j = 0; j < nmix; ++j) {
+    std::uint64_t z = static_cast<std::uint64_t>(nupdates + nskipped + nrollbacks) * 0x9E3779B97F4A7C15ULL +
+        static_cast<std::uint64_t>(j + 1) * 0xBF58476D1CE4E5B9ULL;
+    z ^= z >> 31;
+    z *= 0x94D049BB133111EBULL;
+    z ^= z >> 29;
+    train_replay(*replay[z % static_cast<std::uint64_t>(eligible)]);
+  }
+  stored_this_round = 0;
+
   std::vector<double> buf = model_->flat_gradient(true);
-  const std::size_t ngrad = buf.size();
+  const std::size_t ngrad_size = buf.size();
   // statistics once per replica
   const bool world_root = comm->me == 0;
-  const double stats[NSTATS] = {acc_loss, acc_se_e, acc_se_f, acc_nf, acc_se_w, acc_n};
+  const double stats[NSTATS] = {acc_loss, acc_se_e, acc_se_f, acc_nf, acc_se_w, acc_n, acc_ngrad};
   for (double s : stats) buf.push_back(world_root ? s : 0.0);
 
   // sum over the universe in fixed-size buckets; reduce to one rank and
@@ -743,16 +944,17 @@ void FixTorchFinetune::take_step()
   }
   model_->zero_grad();
 
-  const double *st = red.data() + ngrad;
-  const double nconf = st[5];
+  const double *st = red.data() + ngrad_size;
+  const double nconf = st[5];    // fresh configurations: the statistics
+  const double ngrad = st[6];    // fresh + replayed: the gradient average
   const double loss = st[0] / nconf;
   const double e_rmse = std::sqrt(st[1] / nconf);
   const double f_rmse = std::sqrt(st[2] / st[3]);
   const double w_rmse = std::sqrt(st[4] / nconf);
-  last_grad.assign(red.begin(), red.begin() + ngrad);
-  for (double &g : last_grad) g /= nconf;
+  last_grad.assign(red.begin(), red.begin() + ngrad_size);
+  for (double &g : last_grad) g /= ngrad;
   bool finite = std::isfinite(loss);
-  for (std::size_t k = 0; finite && k < ngrad; ++k) finite = std::isfinite(last_grad[k]);
+  for (std::size_t k = 0; finite && k < ngrad_size; ++k) finite = std::isfinite(last_grad[k]);
 
   const char *action = "update";
   double gnorm = 0.0;
@@ -794,18 +996,18 @@ void FixTorchFinetune::take_step()
   vec[6] = static_cast<double>(nupdates);
   vec[7] = static_cast<double>(nskipped);
   vec[8] = static_cast<double>(nrollbacks);
-  vec[9] = nconf;
+  vec[9] = ngrad;
   vec[10] = static_cast<double>(replay.size());
 
   const bigint nevents = nupdates + nskipped + nrollbacks;
-  if (log_every > 0 && (nevents % log_every == 0 || !finite) && comm->me == 0)
+  if (log_every > 0 && (nevents % log_every == 0 || nevents == 1 || !finite) && comm->me == 0)
     utils::logmesg(lmp,
                    "fix torch/finetune: step {} {} {} loss {:.6g} E_rmse {:.6g} F_rmse {:.6g} "
-                   "W_rmse {:.6g} |grad| {:.6g} lr {:.6g} configs {}\n",
+                   "W_rmse {:.6g} |grad| {:.6g} lr {:.6g} configs {} replayed {}\n",
                    update->ntimestep, action, nupdates, loss, e_rmse, f_rmse, w_rmse, gnorm, lr,
-                   static_cast<bigint>(nconf));
+                   static_cast<bigint>(nconf), static_cast<bigint>(ngrad - nconf));
 
-  acc_loss = acc_se_e = acc_se_f = acc_nf = acc_se_w = acc_n = 0.0;
+  acc_loss = acc_se_e = acc_se_f = acc_nf = acc_se_w = acc_n = acc_ngrad = 0.0;
   pending = 0;
 
   if (check_every > 0 && nevents % check_every == 0) checksum_guard();
@@ -937,9 +1139,13 @@ void FixTorchFinetune::restart(char *buf)
   } catch (std::exception &e) {
     error->all(FLERR, "Fix torch/finetune: cannot restore the training state: {}", e.what());
   }
-  if (comm->me == 0)
+  if (comm->me == 0) {
     utils::logmesg(lmp, "fix torch/finetune: restored parameters and optimizer state after {} "
                         "updates\n", nupdates);
+    if (replay_capacity > 0)
+      error->warning(FLERR, "Fix torch/finetune: the replay buffer is not kept in restart files; "
+                            "it starts empty");
+  }
 }
 
 /* ---------------------------------------------------------------------- */

@@ -23,6 +23,7 @@ FixStyle(torch/finetune,FixTorchFinetune);
 #include <vector>
 
 namespace MLTorch {
+struct GraphInput;
 class Model;
 class Trainer;
 struct OptimizerSettings;
@@ -56,6 +57,8 @@ class FixTorchFinetune : public Fix {
   bigint updates() const { return nupdates; }
   bigint checksums_compared() const { return nchecks; }
   MLTorch::Model *model() { return model_; }
+  int replay_size() const { return static_cast<int>(replay.size()); }
+  double replay_bytes() const;
 
  protected:
   // --- settings ---
@@ -107,7 +110,9 @@ class FixTorchFinetune : public Fix {
   // --- replay buffer: this rank's share of past labelled configurations ---
   struct Replay;
   std::vector<std::unique_ptr<Replay>> replay;
-  bigint replay_next;
+  int stored_this_round;    // fresh configurations stored since the last update
+  bool replay_warned;
+  double acc_ngrad;         // configurations (fresh + replayed) in the pending gradient
 
   void parse_teacher();
   void setup_trainable();
@@ -116,14 +121,14 @@ class FixTorchFinetune : public Fix {
   void teacher_labels(double &e_ref, double *w_ref);
   void train_current();
   void train_replay(Replay &r);
-  void store_replay(const std::vector<double> &fref_nodes_unused);
+  void store_replay(const MLTorch::GraphInput &in, double e_ref, const double *w_ref,
+                    double natoms);
   void take_step();
   void refresh_forces();
   double learning_rate() const;
   void checksum_guard();
   void save_model(const std::string &path);
   void universe_check(bool ok, const std::string &message);
-  double replay_bytes() const;
 };
 
 }    // namespace LAMMPS_NS

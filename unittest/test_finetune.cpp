@@ -28,6 +28,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -132,6 +133,11 @@ static double max_diff(const std::vector<double> &a, const std::vector<double> &
 struct GradientCase {
   std::string name, model, shape;
 };
+
+static void PrintTo(const GradientCase &c, std::ostream *os)
+{
+  *os << c.name;
+}
 
 class Gradient : public ::testing::TestWithParam<GradientCase> {};
 
@@ -269,6 +275,70 @@ TEST_P(Gradient, MatchesIndependentReference)
               c.name.c_str(), dev);
   EXPECT_GT(max_abs(g_ref), 1e-3);
   EXPECT_LE(dev, 1e-10);
+}
+
+/* ----------------------------------------------------------------------
+   replay: a configuration stored under one domain decomposition, replayed
+   after every atom moved to another rank (shifted by half the box), gives
+   the gradient it gave when fresh
+------------------------------------------------------------------------- */
+
+TEST_P(Gradient, ReplayAfterMigrationIsExact)
+{
+  const auto &c = GetParam();
+  if (c.shape == "triclinic") GTEST_SKIP() << "covered by the orthogonal cases";
+  Lammps l(MPI_COMM_WORLD);
+  l.cmds(silicon(2, 777, c.shape));
+  l.cmd("pair_style torch");
+  l.cmd("pair_coeff * * " + c.model + " Si");
+  l.cmd("fix ft all torch/finetune 1 " + teacher() +
+        " weights 1.0 10.0 1.0 optimizer sgd lr 1e-16 log 0 replay 4 1");
+  l.cmd("run 1 post no");
+  const auto fresh = l.fix()->last_gradient();
+  EXPECT_EQ(l.fix()->replay_size(), 1);
+  EXPECT_EQ(l.fix()->compute_vector(9), 1.0);    // one configuration in the gradient
+  // every atom moves by half a box along x and y: new owners, new ghosts
+  l.cmd("displace_atoms all move 5.4 5.4 0 units box");
+  l.cmd("run 1 post no");
+  EXPECT_EQ(l.fix()->compute_vector(9), 2.0);    // fresh (translated copy) + replayed original
+  EXPECT_EQ(l.fix()->replay_size(), 2);
+  const auto mixed = l.fix()->last_gradient();
+  const double dev = max_diff(mixed, fresh) / max_abs(fresh);
+  if (me == 0)
+    std::printf("[ replay ] %s on %d rank(s): replayed + translated vs fresh gradient %.3g\n",
+                c.name.c_str(), nprocs, dev);
+  EXPECT_LE(dev, 1e-10);
+}
+
+TEST(Replay, MemoryBoundAndCapacity)
+{
+  Lammps l(MPI_COMM_WORLD);
+  l.cmds(silicon(2, 5, "ortho"));
+  l.cmd("velocity all create 900 4928 loop geom");
+  l.cmd("pair_style torch");
+  l.cmd("pair_coeff * * " + student + " Si");
+  l.cmd("fix md all nve");
+  l.cmd("fix ft all torch/finetune 1 " + teacher() + " log 0 replay 5 2");
+  l.cmd("run 8 post no");
+  EXPECT_EQ(l.fix()->replay_size(), 5);    // capacity
+  EXPECT_EQ(l.fix()->compute_vector(9), 3.0);    // 1 fresh + 2 replayed per update
+  const double one = l.fix()->replay_bytes() / 5;
+  double per_rank_max = 0.0;
+  const double mine = l.fix()->replay_bytes();
+  MPI_Allreduce(&mine, &per_rank_max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  // a bound of 2.5 pieces of the largest rank keeps 2 configurations
+  const double bound_mb = 2.5 * per_rank_max / 5 / (1024.0 * 1024.0);
+  l.cmd("unfix ft");
+  l.cmd("fix ft all torch/finetune 1 " + teacher() + " log 0 replay 5 2 replay_memory " +
+        std::to_string(bound_mb));
+  l.cmd("run 8 post no");
+  double now_max = 0.0;
+  const double now = l.fix()->replay_bytes();
+  MPI_Allreduce(&now, &now_max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  EXPECT_LE(now_max, bound_mb * 1024.0 * 1024.0);
+  EXPECT_GE(l.fix()->replay_size(), 1);
+  EXPECT_LT(l.fix()->replay_size(), 5);
+  EXPECT_GT(one, 0.0);
 }
 
 /* ----------------------------------------------------------------------
