@@ -86,9 +86,9 @@ echo "LAMMPS tree: $lammps_dir ($(grep -o '"[^"]*"' "$lammps_dir/src/version.h" 
 # ---------------------------------------------------------------------------
 say "Python environment (.venv, $torch_spec)"
 [ -x .venv/bin/python ] || /usr/bin/python3 -m venv .venv
-if ! .venv/bin/python -c "import torch, numpy" 2>/dev/null; then
+if ! .venv/bin/python -c "import torch, numpy, matplotlib" 2>/dev/null; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q "$torch_spec" numpy
+  .venv/bin/python -m pip install -q "$torch_spec" numpy matplotlib
 fi
 # the project's own tooling (mltorch-info, exporter, trainer), editable
 if ! .venv/bin/python -c "import mltorch.info" 2>/dev/null; then
@@ -110,7 +110,10 @@ cmake --build build -j "$jobs"
 
 # ---------------------------------------------------------------------------
 if [ "$run_example" = 1 ]; then
-  say "flagship example: examples/lj (torch Lennard-Jones vs native lj/cut, 2 MPI ranks)"
-  (cd examples/lj && mpirun --allow-run-as-root --oversubscribe -np 2 ../../build/lmp -in in.lj_torch)
+  say "flagship example: examples/finetune (online distillation of Si.sw into a perturbed student, 2 replicas)"
+  (cd examples/finetune &&
+   mpirun --allow-run-as-root --oversubscribe -np 2 ../../build/lmp -partition 2x1 -in in.finetune &&
+   grep -h "^replica at" log.lammps.0 log.lammps.1 &&
+   ../../.venv/bin/python plot_log.py log.lammps.0 -o learning_curve.png)
 fi
 say "done: run the tests with  ctest --test-dir build --output-on-failure"

@@ -563,6 +563,73 @@ TEST(Restart, ContinuesExactly)
 }
 
 /* ----------------------------------------------------------------------
+   train/freeze select parameters; skip and rollback decisions are taken
+   from reduced values, so every rank and replica agrees (the checksum
+   after every update would stop the run otherwise)
+------------------------------------------------------------------------- */
+
+TEST(Decisions, FreezeKeepsParametersFixed)
+{
+  Lammps l(MPI_COMM_WORLD);
+  l.cmds(silicon(2, 5, "ortho"));
+  l.cmd("velocity all create 900 4928 loop geom");
+  l.cmd("pair_style torch");
+  l.cmd("pair_coeff * * " + student + " Si");
+  l.cmd("fix md all nve");
+  l.cmd("fix ft all torch/finetune 1 " + teacher() + " log 0 train nets freeze nets.0.4");
+  const auto names = l.fix()->model()->parameter_names();
+  const auto sizes = l.fix()->model()->parameter_sizes();
+  const auto before = l.params();
+  l.cmd("run 5 post no");
+  const auto after = l.params();
+  std::size_t off = 0;
+  for (std::size_t k = 0; k < names.size(); ++k) {
+    double change = 0.0;
+    for (int64_t q = 0; q < sizes[k]; ++q) change = std::max(change, std::fabs(after[off + q] - before[off + q]));
+    const bool trained = names[k].rfind("nets", 0) == 0 && names[k].rfind("nets.0.4", 0) != 0;
+    if (trained)
+      EXPECT_GT(change, 0.0) << names[k];
+    else
+      EXPECT_EQ(change, 0.0) << names[k];
+    off += sizes[k];
+  }
+  EXPECT_EQ(l.fix()->last_gradient().size(), 32u * 80 + 32 + 32 * 32 + 32);
+}
+
+TEST(Decisions, SkipAndRollbackAreCollective)
+{
+  const bool replicas = nprocs > 1;
+  Lammps l(MPI_COMM_WORLD, replicas ? partitions() : std::vector<std::string>{});
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  l.cmds(silicon(2, 40 + (replicas ? rank : 0), "ortho"));
+  l.cmd("velocity all create 900 4928 loop geom");
+  l.cmd("pair_style torch");
+  l.cmd("pair_coeff * * " + student + " Si");
+  l.cmd("fix md all nve");
+  // every update's force error is above the threshold: all are skipped
+  l.cmd("fix ft all torch/finetune 1 " + teacher() + " log 0 check 1 max_force_error 1e-6");
+  const auto before = l.params();
+  l.cmd("run 10 post no");
+  EXPECT_EQ(l.fix()->compute_vector(7), 10.0);    // skipped
+  EXPECT_EQ(l.fix()->updates(), 0);
+  EXPECT_EQ(max_diff(before, l.params()), 0.0);
+  l.cmd("unfix ft");
+  // a learning rate far too large makes the loss jump: rollbacks restore the last good model
+  // (atoms held still, so that the bad steps cannot wreck the trajectory)
+  l.cmd("unfix md");
+  l.cmd("fix ft all torch/finetune 1 " + teacher() + " log 0 check 1 lr 0.3 rollback 3");
+  l.cmd("run 30 post no");
+  const double rollbacks = l.fix()->compute_vector(8);
+  EXPECT_GE(rollbacks, 1.0);
+  double rb_min = 0.0, rb_max = 0.0;
+  MPI_Allreduce(&rollbacks, &rb_min, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&rollbacks, &rb_max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  EXPECT_EQ(rb_min, rb_max);
+  if (me == 0) std::printf("[ decisions ] 10 of 10 updates skipped; %g rollback(s) in 30 updates\n", rollbacks);
+}
+
+/* ----------------------------------------------------------------------
    7. bad input
 ------------------------------------------------------------------------- */
 

@@ -128,6 +128,63 @@ class Graph(unittest.TestCase):
 
 
 @unittest.skipUnless(os.environ.get("ML_TORCH_LMP"), "ML_TORCH_LMP (the lmp executable) not set")
+class FinetuneOutput(unittest.TestCase):
+    def test_saved_model_is_the_trained_model(self):
+        """fix torch/finetune save: a loadable model with the in-memory parameters and provenance."""
+        tmp = tempfile.mkdtemp()
+        saved = os.path.join(tmp, "ft.pt")
+        student = os.path.join(root, "examples", "finetune", "si_student.pt")
+        sw = os.path.join(os.environ["LAMMPS_POTENTIALS"], "Si.sw")
+        script = f"""
+units metal
+lattice diamond 5.431
+region box block 0 2 0 2 0 2
+create_box 1 box
+create_atoms 1 box
+mass 1 28.0855
+displace_atoms all random 0.1 0.1 0.1 5 units box
+velocity all create 900 77 loop geom
+pair_style torch
+pair_coeff * * {student} Si
+fix ft all torch/finetune 2 teacher sw "* * {sw} Si" save 5 {saved} log 1
+fix md all nve
+run 20
+unfix ft
+run 0 post no
+variable trained equal pe
+print "TRAINED $(v_trained:%.15g)"
+pair_coeff * * {saved} Si
+run 0 post no
+print "RELOADED $(pe:%.15g)"
+"""
+        out = subprocess.run([os.environ["ML_TORCH_LMP"], "-log", "none", "-echo", "none"], input=script,
+                             capture_output=True, text=True, cwd=tmp)
+        self.assertEqual(out.returncode, 0, out.stdout[-2000:] + out.stderr[-2000:])
+        trained = float(out.stdout.split("TRAINED ")[1].split()[0])
+        reloaded = float(out.stdout.split("RELOADED ")[1].split()[0])
+        self.assertAlmostEqual(trained, reloaded, delta=1e-12 * abs(trained))
+        self.assertIn("saved model after 10 updates", out.stdout)
+        self.assertEqual(sorted(os.listdir(tmp)), ["ft.pt"])    # no temporary file left behind
+        meta = read_metadata(saved)
+        self.assertEqual(meta["finetune"]["updates"], 10)
+        self.assertEqual(meta["finetune"]["parent_model"], student)
+        self.assertNotIn("content_hash", meta)    # the exporter's hash described the parent
+        ref = torch.jit.load(student)
+        new = torch.jit.load(saved)
+        diff = max(float((a - b).abs().max()) for a, b in zip(ref.parameters(), new.parameters()))
+        self.assertGreater(diff, 1e-6)
+
+    def test_plot_script_reads_the_log(self):
+        log = os.path.join(root, "examples", "finetune", "log.29Nov26.finetune.g++.2x1.0")
+        sys.path.insert(0, os.path.join(root, "examples", "finetune"))
+        import plot_log
+        steps, loss, e_rmse, f_rmse = plot_log.read(log)
+        self.assertGreaterEqual(len(steps), 20)
+        self.assertEqual(steps, sorted(steps))
+        self.assertLess(f_rmse[-1], 0.5 * f_rmse[0])
+
+
+@unittest.skipUnless(os.environ.get("ML_TORCH_LMP"), "ML_TORCH_LMP (the lmp executable) not set")
 class ReferenceData(unittest.TestCase):
     def test_labels_match_independent_evaluation(self):
         """LAMMPS sw labels == potentials/sw_Si.pt on the Python graph, incl. strained boxes."""

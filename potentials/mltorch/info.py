@@ -1,6 +1,6 @@
 """mltorch-info: print the metadata of ML-TORCH model files (no LAMMPS needed).
 
-    mltorch-info model.pt [model2.pt ...] [--json]
+    mltorch-info model.pt [model2.pt ...] [--json] [--parameters]
 """
 
 import argparse
@@ -14,6 +14,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="mltorch-info", description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="+", help="model files")
     parser.add_argument("--json", action="store_true", help="print the raw metadata as JSON")
+    parser.add_argument("--parameters", action="store_true",
+                        help="list the parameter names and shapes (for fix torch/finetune train/freeze)")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", category=FutureWarning)
     import torch
@@ -48,6 +50,10 @@ def main(argv=None):
         for key in sorted(set(meta) - {"model_type", "format_version", "elements", "cutoff",
                                         "num_interaction_layers", "units", "dtype", "content_hash"}):
             print(f"  {key:24s} {meta[key]}")
+        if args.parameters:
+            print("  parameters (name, shape):")
+            for name, p in module.named_parameters():
+                print(f"    {name:30s} {list(p.shape)}")
     return status
 
 
