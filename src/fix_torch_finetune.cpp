@@ -33,10 +33,9 @@
 #include "comm.h"
 #include "error.h"
 #include "force.h"
+#include "lmp_compat.h"
 #include "math_const.h"
 #include "memory.h"
-#include "modify.h"
-#include "neigh_request.h"
 #include "neighbor.h"
 #include "pair.h"
 #include "pair_torch.h"
@@ -165,7 +164,7 @@ FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
     fpart(nullptr), resid(nullptr), fref(nullptr), fsave(nullptr), commflag(COMM_PARTIAL),
     stored_this_round(0), replay_warned(false), acc_ngrad(0)
 {
-  if (narg < 4) utils::missing_cmd_args(FLERR, "fix torch/finetune", error);
+  if (narg < 4) MLTorchCompat::missing_args(FLERR, "fix torch/finetune", error);
   if (igroup != 0)
     error->all(FLERR, "Fix torch/finetune trains on whole configurations: use group 'all', not '{}'",
                arg[1]);
@@ -173,11 +172,11 @@ FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
   if (nevery < 1) error->all(FLERR, "Fix torch/finetune: training interval N = {} must be >= 1", nevery);
 
   auto number = [&](int i, const char *what) {
-    if (i >= narg) utils::missing_cmd_args(FLERR, std::string("fix torch/finetune ") + what, error);
+    if (i >= narg) MLTorchCompat::missing_args(FLERR, std::string("fix torch/finetune ") + what, error);
     return utils::numeric(FLERR, arg[i], false, lmp);
   };
   auto integer = [&](int i, const char *what) {
-    if (i >= narg) utils::missing_cmd_args(FLERR, std::string("fix torch/finetune ") + what, error);
+    if (i >= narg) MLTorchCompat::missing_args(FLERR, std::string("fix torch/finetune ") + what, error);
     return utils::inumeric(FLERR, arg[i], false, lmp);
   };
   static const std::vector<std::string> keywords{
@@ -216,7 +215,7 @@ FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
         error->all(FLERR, "Fix torch/finetune learning rate {} must be > 0", arg[iarg + 1]);
       iarg += 2;
     } else if (kw == "optimizer") {
-      if (iarg + 2 > narg) utils::missing_cmd_args(FLERR, "fix torch/finetune optimizer", error);
+      if (iarg + 2 > narg) MLTorchCompat::missing_args(FLERR, "fix torch/finetune optimizer", error);
       opt->kind = arg[iarg + 1];
       if (opt->kind != "adam" && opt->kind != "adamw" && opt->kind != "sgd")
         error->all(FLERR, "Fix torch/finetune optimizer {} is unknown: use adam, adamw or sgd",
@@ -232,7 +231,7 @@ FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
         error->all(FLERR, "Fix torch/finetune momentum must be in [0,1)");
       iarg += 2;
     } else if (kw == "schedule") {
-      if (iarg + 2 > narg) utils::missing_cmd_args(FLERR, "fix torch/finetune schedule", error);
+      if (iarg + 2 > narg) MLTorchCompat::missing_args(FLERR, "fix torch/finetune schedule", error);
       schedule = arg[iarg + 1];
       if (schedule == "constant") {
         iarg += 2;
@@ -277,7 +276,7 @@ FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
       iarg += 2;
     } else if (kw == "save") {
       save_every = integer(iarg + 1, "save");
-      if (iarg + 3 > narg) utils::missing_cmd_args(FLERR, "fix torch/finetune save", error);
+      if (iarg + 3 > narg) MLTorchCompat::missing_args(FLERR, "fix torch/finetune save", error);
       save_file = arg[iarg + 2];
       if (save_every < 0) error->all(FLERR, "Fix torch/finetune save interval must be >= 0");
       iarg += 3;
@@ -535,8 +534,7 @@ void FixTorchFinetune::init()
                  "atoms reach only {}; add 'comm_modify cutoff {}' (teacher cutoff + skin) to the "
                  "input before the run",
                  teacher_style, cut_teacher, cut_student, have, need);
-    auto *req = neighbor->find_request(teacher);
-    if (req) req->set_cutoff(cut_teacher);
+    MLTorchCompat::set_request_cutoff(neighbor, teacher, cut_teacher);
   }
 
   if (!synced) {
@@ -635,7 +633,7 @@ void FixTorchFinetune::refresh_forces()
     }
   }
   commflag = COMM_NEW;
-  comm->reverse_comm(this);
+  MLTorchCompat::reverse_comm(comm, this);
   double **f = atom->f;
   for (int i = 0; i < nlocal; ++i)
     for (int k = 0; k < 3; ++k) f[i][k] += resid[i][k] - fpart[i][k];
@@ -655,7 +653,7 @@ void FixTorchFinetune::train_current()
   student->training_graph(in);
   const auto &node2atom = student->graph_atoms();
   double e_part = 0.0, w_part[6];
-  std::vector<double> node_forces;
+  auto &node_forces = node_buf;
   try {
     model_->forward_train(in, e_part, node_forces, w_part);
   } catch (std::exception &e) {
@@ -669,7 +667,7 @@ void FixTorchFinetune::train_current()
     for (int k = 0; k < 3; ++k) fpart[a][k] += node_forces[3 * n + k];
   }
   commflag = COMM_PARTIAL;
-  comm->reverse_comm(this);
+  MLTorchCompat::reverse_comm(comm, this);
 
   double e_ref_part = 0.0, w_ref_part[6];
   teacher_labels(e_ref_part, w_ref_part);
@@ -706,8 +704,9 @@ void FixTorchFinetune::train_current()
     for (int k = 0; k < 3; ++k) resid[i][k] = covered ? t.cf * (fpart[i][k] - fref[i][k]) : 0.0;
   }
   commflag = COMM_RESIDUAL;
-  comm->forward_comm(this);
-  std::vector<double> weights(3 * in.n_nodes);
+  MLTorchCompat::forward_comm(comm, this);
+  auto &weights = weight_buf;
+  weights.resize(3 * in.n_nodes);
   for (int64_t n = 0; n < in.n_nodes; ++n)
     for (int k = 0; k < 3; ++k) weights[3 * n + k] = resid[node2atom[n]][k];
   try {
@@ -763,7 +762,7 @@ void FixTorchFinetune::store_replay(const MLTorch::GraphInput &in, double e_ref,
     resid[node2atom[n]][1] = static_cast<double>(n);
   }
   commflag = COMM_RESIDUAL;
-  comm->forward_comm(this);
+  MLTorchCompat::forward_comm(comm, this);
 
   std::vector<std::vector<int64_t>> by_owner(nprocs);
   std::vector<std::vector<int>> slots(nprocs);

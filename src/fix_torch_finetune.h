@@ -106,6 +106,7 @@ class FixTorchFinetune : public Fix {
   double **fref;     // teacher forces on owners
   double **fsave;    // the MD forces, kept while the teacher runs
   int commflag;
+  std::vector<double> node_buf, weight_buf;    // per-node forces and weights, reused
 
   // --- replay buffer: this rank's share of past labelled configurations ---
   struct Replay;

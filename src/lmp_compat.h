@@ -9,15 +9,66 @@
 #ifndef LMP_ML_TORCH_COMPAT_H
 #define LMP_ML_TORCH_COMPAT_H
 
+#include "comm.h"
+#include "error.h"
+#include "neigh_request.h"
 #include "neighbor.h"
 #include "pair.h"
+#include "utils.h"
 
-#ifdef ML_TORCH_LAMMPS_LEGACY
-#include "neigh_request.h"
-#endif
+#include <string>
 
 namespace LAMMPS_NS {
 namespace MLTorchCompat {
+
+  // "missing argument(s)" ERROR of a command
+  inline void missing_args(const std::string &file, int line, const std::string &cmd,
+                           Error *error)
+  {
+#ifdef ML_TORCH_LAMMPS_LEGACY
+    error->all(file, line, "Illegal " + cmd + " command: missing argument(s)");
+#else
+    utils::missing_cmd_args(file, line, cmd, error);
+#endif
+  }
+
+  // forward / reverse communication of a fix's per-atom data
+  template <class F> inline void forward_comm(Comm *comm, F *fix)
+  {
+#ifdef ML_TORCH_LAMMPS_LEGACY
+    comm->forward_comm_fix(fix);
+#else
+    comm->forward_comm(fix);
+#endif
+  }
+  template <class F> inline void reverse_comm(Comm *comm, F *fix)
+  {
+#ifdef ML_TORCH_LAMMPS_LEGACY
+    comm->reverse_comm_fix(fix);
+#else
+    comm->reverse_comm(fix);
+#endif
+  }
+
+  // give the neighbor request of `requestor` (made in its init_style) a cutoff
+  // of its own; returns false when it has no request
+  inline bool set_request_cutoff(Neighbor *neighbor, void *requestor, double cutoff)
+  {
+#ifdef ML_TORCH_LAMMPS_LEGACY
+    for (int i = 0; i < neighbor->nrequest; i++)
+      if (neighbor->requests[i]->requestor == requestor) {
+        neighbor->requests[i]->cut = 1;
+        neighbor->requests[i]->cutoff = cutoff;
+        return true;
+      }
+    return false;
+#else
+    auto *req = neighbor->find_request(requestor);
+    if (!req) return false;
+    req->set_cutoff(cutoff);
+    return true;
+#endif
+  }
 
   // request a full neighbor list, with neighbors of ghost atoms if asked
   inline void request_full_list(Neighbor *neighbor, Pair *pair, bool ghost)
@@ -29,6 +80,75 @@ namespace MLTorchCompat {
     if (ghost) neighbor->requests[irequest]->ghost = 1;
 #else
     neighbor->add_request(pair, NeighConst::REQ_FULL | (ghost ? NeighConst::REQ_GHOST : 0));
+#endif
+  }
+
+}    // namespace MLTorchCompat
+}    // namespace LAMMPS_NS
+
+#endif
+
+/* ----------------------------------------------------------------------
+   KOKKOS differences, compiled where kokkos_type.h was included first
+------------------------------------------------------------------------- */
+
+#if defined(LMP_LMPTYPE_KOKKOS_H) && !defined(LMP_ML_TORCH_COMPAT_KOKKOS_H)
+#define LMP_ML_TORCH_COMPAT_KOKKOS_H
+
+#include "kokkos.h"
+
+namespace LAMMPS_NS {
+namespace MLTorchCompat {
+
+  // view types of positions, forces and per-atom energy/virial
+  template <class DeviceType> struct KokkosTypes {
+    using AT = ArrayTypes<DeviceType>;
+#ifdef ML_TORCH_LAMMPS_LEGACY
+    // LAMMPS <= 2024: F_FLOAT/E_FLOAT views
+    using t_x = typename AT::t_x_array_randomread;
+    using t_f = typename AT::t_f_array;
+    using k_eatom_t = DAT::tdual_efloat_1d;
+    using k_vatom_t = DAT::tdual_virial_array;
+    using t_eatom = typename AT::t_efloat_1d;
+    using t_vatom = typename AT::t_virial_array;
+#else
+    // precision layer (KK_FLOAT positions, KK_ACC_FLOAT accumulators)
+    using t_x = typename AT::t_kkfloat_1d_3_lr_randomread;
+    using t_f = typename AT::t_kkacc_1d_3;
+    using k_eatom_t = DAT::ttransform_kkacc_1d;
+    using k_vatom_t = DAT::ttransform_kkacc_1d_6;
+    using t_eatom = typename AT::t_kkacc_1d;
+    using t_vatom = typename AT::t_kkacc_1d_6;
+#endif
+  };
+
+  // the pair's full neighbor list request, made in PairTorch::init_style,
+  // becomes a Kokkos list on the style's memory space
+  template <class DeviceType> inline void kokkos_request(Neighbor *neighbor, Pair *pair)
+  {
+    const bool host =
+        std::is_same<DeviceType, LMPHostType>::value && !std::is_same<DeviceType, LMPDeviceType>::value;
+    const bool device = std::is_same<DeviceType, LMPDeviceType>::value;
+#ifdef ML_TORCH_LAMMPS_LEGACY
+    auto *req = neighbor->requests[neighbor->nrequest - 1];
+    req->kokkos_host = host;
+    req->kokkos_device = device;
+#else
+    auto *req = neighbor->find_request(pair);
+    req->set_kokkos_host(host);
+    req->set_kokkos_device(device);
+#endif
+    (void) pair;
+  }
+
+  // per-atom DualView: device side modified, make the host side current
+  template <class DeviceType, class DualView> inline void modified_sync_host(DualView &k)
+  {
+    k.template modify<DeviceType>();
+#ifdef ML_TORCH_LAMMPS_LEGACY
+    k.template sync<LMPHostType>();
+#else
+    k.sync_host();
 #endif
   }
 

@@ -91,13 +91,13 @@ void PairTorch::settings(int narg, char **arg)
   int iarg = 0;
   while (iarg < narg) {
     if (strcmp(arg[iarg], "threads") == 0) {
-      if (iarg + 2 > narg) utils::missing_cmd_args(FLERR, "pair_style torch threads", error);
+      if (iarg + 2 > narg) MLTorchCompat::missing_args(FLERR, "pair_style torch threads", error);
       nthreads = utils::inumeric(FLERR, arg[iarg + 1], false, lmp);
       if (nthreads < 1)
         error->all(FLERR, "Illegal pair_style torch threads value {}: must be >= 1", nthreads);
       iarg += 2;
     } else if (strcmp(arg[iarg], "device") == 0) {
-      if (iarg + 2 > narg) utils::missing_cmd_args(FLERR, "pair_style torch device", error);
+      if (iarg + 2 > narg) MLTorchCompat::missing_args(FLERR, "pair_style torch device", error);
       device_name = arg[iarg + 1];
       iarg += 2;
     } else {
@@ -134,7 +134,7 @@ void PairTorch::coeff(int narg, char **arg)
 {
   if (!allocated) allocate();
   const int ntypes = atom->ntypes;
-  if (narg < 3) utils::missing_cmd_args(FLERR, "pair_coeff torch", error);
+  if (narg < 3) MLTorchCompat::missing_args(FLERR, "pair_coeff torch", error);
   if (strcmp(arg[0], "*") != 0 || strcmp(arg[1], "*") != 0)
     error->all(FLERR, "Pair style torch requires 'pair_coeff * * model.pt El1 ... El{}'", ntypes);
   if (narg != 3 + ntypes)

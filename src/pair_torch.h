@@ -47,7 +47,7 @@ class PairTorch : public Pair {
   // for fix torch/finetune: the graph of the current step, built from the
   // current neighbor list exactly as compute() builds it; graph_atoms()
   // maps its nodes to local/ghost atom indices
-  void training_graph(MLTorch::GraphInput &in);
+  virtual void training_graph(MLTorch::GraphInput &in);
   const std::vector<int> &graph_atoms() const { return node2atom; }
   int species_of_type(int type) const { return type2species[type]; }
   const std::string &model_hash() const { return model_hash_; }

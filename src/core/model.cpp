@@ -212,8 +212,12 @@ struct ForwardPass {
 static ForwardPass run_forward(torch::jit::Module &module, const GraphInput &in,
                                const torch::Device &dev, torch::Dtype dtype, const std::string &source)
 {
-  const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
-  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+  auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  if (in.on_model_device) {
+    i64 = i64.device(dev);
+    f64 = f64.device(dev);
+  }
 
   // from_blob wraps the caller's buffers without copying; .to() copies only
   // when the dtype or device differs from the host double/int64 layout
@@ -274,6 +278,28 @@ void Model::evaluate(const GraphInput &in, GraphOutput &out, bool want_node_ener
   for (int64_t i = 0; i < in.n_local; ++i) sum += e[i];
   out.energy = sum;
   if (want_node_energy) out.node_energy.assign(e, e + in.n_local);
+}
+
+double Model::evaluate_into(const GraphInput &in, double *edge_grad, double *node_energy) const
+{
+  auto fp = run_forward(impl->module, in, impl->device, impl->dtype, impl->source);
+  auto total = fp.local_energy.sum();
+  auto out_opts = torch::TensorOptions().dtype(torch::kFloat64);
+  if (in.on_model_device) out_opts = out_opts.device(impl->device);
+  if (in.n_edges > 0) {
+    auto out = torch::from_blob(edge_grad, {in.n_edges, 3}, out_opts);
+    torch::Tensor grad;
+    if (total.requires_grad())
+      grad = torch::autograd::grad({total}, {fp.edge_vec}, {}, /*retain_graph=*/false,
+                                   /*create_graph=*/false, /*allow_unused=*/true)[0];
+    if (grad.defined())
+      out.copy_(grad);
+    else
+      out.zero_();
+  }
+  if (node_energy && in.n_local > 0)
+    torch::from_blob(node_energy, {in.n_local}, out_opts).copy_(fp.local_energy.detach());
+  return fp.local_energy.detach().to(torch::kFloat64).sum().item<double>();
 }
 
 /* ---------------------------------------------------------------------- */

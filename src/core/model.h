@@ -51,6 +51,9 @@ struct GraphInput {
   const double *edge_vectors = nullptr;   // [n_edges][3], r_ij = x_j - x_i
   const int64_t *edge_index = nullptr;    // [2][n_edges]: centres i, then neighbours j
   const int64_t *species = nullptr;       // [n_nodes]
+  // the three buffers live in the memory of the model's device (e.g. Kokkos
+  // CUDA views): wrapped without any copy; otherwise host memory
+  bool on_model_device = false;
 };
 
 struct GraphOutput {
@@ -72,6 +75,10 @@ class Model {
 
   // Energy and dE/dr_ij by one autograd pass; node energies on request.
   void evaluate(const GraphInput &in, GraphOutput &out, bool want_node_energy) const;
+  // The same into caller buffers in the memory space of the input (host, or
+  // the model's device with in.on_model_device): edge_grad [n_edges][3] and,
+  // if not null, node_energy [n_local]. Returns the energy of nodes [0, n_local).
+  double evaluate_into(const GraphInput &in, double *edge_grad, double *node_energy) const;
 
   // --- training support (the distributed gradient of DESIGN.md) ---------
   // Stage 1: energy of nodes [0, n_local) and the partial force this graph

@@ -1,0 +1,417 @@
+/* ----------------------------------------------------------------------
+   LAMMPS - Large-scale Atomic/Molecular Massively Parallel Simulator
+   https://www.lammps.org/, Sandia National Laboratories
+   LAMMPS development team: developers@lammps.org
+
+   ML-TORCH package: TorchScript machine-learned potentials.
+   Distributed under the GNU General Public License, version 2.
+------------------------------------------------------------------------- */
+
+/* ----------------------------------------------------------------------
+   pair_style torch/kk: the model contract of pair_style torch on KOKKOS
+   data. The graph is built on the style's execution space from the Kokkos
+   full neighbor list (count, scan, fill with the cutoff filter); its
+   buffers go to LibTorch without a copy (from_blob on the same memory);
+   forces, per-atom energy and virial are accumulated on the device.
+   Nodes are the atoms themselves: node i = local or ghost atom i, the
+   first nlocal count in the energy.
+------------------------------------------------------------------------- */
+
+#include "pair_torch_kokkos.h"
+
+#include "atom_kokkos.h"
+#include "atom_masks.h"
+#include "error.h"
+#include "force.h"
+#include "kokkos.h"
+#include "memory_kokkos.h"
+#include "neigh_list_kokkos.h"
+#include "neigh_request.h"
+#include "neighbor.h"
+#include "update.h"
+
+#include "model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <type_traits>
+
+using namespace LAMMPS_NS;
+
+/* ---------------------------------------------------------------------- */
+
+template <class DeviceType>
+PairTorchKokkos<DeviceType>::PairTorchKokkos(LAMMPS *lmp) :
+    PairTorch(lmp), node_capacity(0), edge_capacity(0), pad_nodes(0), pad_edges(0),
+    capacity_changes(0.0), nnodes_real(0), nedges_real(0), nnodes_model(0), nedges_model(0),
+    ncentres(0)
+{
+  respa_enable = 0;
+  kokkosable = 1;
+  atomKK = (AtomKokkos *) atom;
+  execution_space = ExecutionSpaceFromDevice<DeviceType>::space;
+  datamask_read = X_MASK | F_MASK | TYPE_MASK | ENERGY_MASK | VIRIAL_MASK;
+  datamask_modify = F_MASK | ENERGY_MASK | VIRIAL_MASK;
+}
+
+template <class DeviceType> PairTorchKokkos<DeviceType>::~PairTorchKokkos()
+{
+  if (copymode) return;
+  memoryKK->destroy_kokkos(k_eatom, eatom);
+  memoryKK->destroy_kokkos(k_vatom, vatom);
+  eatom = nullptr;
+  vatom = nullptr;
+}
+
+/* ----------------------------------------------------------------------
+   pair_style torch/kk [threads N] [device D] [pad Natoms Nedges]
+------------------------------------------------------------------------- */
+
+template <class DeviceType> void PairTorchKokkos<DeviceType>::settings(int narg, char **arg)
+{
+  std::vector<char *> rest;
+  for (int i = 0; i < narg; ++i) {
+    if (strcmp(arg[i], "pad") == 0) {
+      if (i + 3 > narg) MLTorchCompat::missing_args(FLERR, "pair_style torch/kk pad", error);
+      pad_nodes = utils::inumeric(FLERR, arg[i + 1], false, lmp);
+      pad_edges = utils::inumeric(FLERR, arg[i + 2], false, lmp);
+      if (pad_nodes < 2 || pad_edges < 1)
+        error->all(FLERR, "Illegal pair_style torch/kk pad {} {}: need at least 2 atoms and 1 edge",
+                   pad_nodes, pad_edges);
+      i += 2;
+    } else {
+      rest.push_back(arg[i]);
+    }
+  }
+  PairTorch::settings(static_cast<int>(rest.size()), rest.data());
+  // a CUDA execution space hands CUDA pointers to the model
+  if (execution_space == Device && !std::is_same<DeviceType, LMPHostType>::value &&
+      device_name == "cpu")
+    device_name = "cuda";
+}
+
+/* ---------------------------------------------------------------------- */
+
+template <class DeviceType> void PairTorchKokkos<DeviceType>::init_style()
+{
+  PairTorch::init_style();
+  MLTorchCompat::kokkos_request<DeviceType>(neighbor, this);
+
+  const int ntypes = atom->ntypes;
+  for (int t = 1; t <= ntypes; ++t)
+    if (type2species[t] < 0)
+      error->all(FLERR, "Pair style torch/kk: atom type {} is mapped to NULL; torch/kk needs an "
+                        "element for every type (use pair_style torch inside pair_style hybrid)",
+                 t);
+  d_type2species = Kokkos::View<int *, DeviceType>("torch/kk:type2species", ntypes + 1);
+  auto h = Kokkos::create_mirror_view(d_type2species);
+  for (int t = 0; t <= ntypes; ++t) h(t) = type2species[t] < 0 ? 0 : type2species[t];
+  Kokkos::deep_copy(d_type2species, h);
+}
+
+/* ----------------------------------------------------------------------
+   buffers: grow by 1.5x when too small, never shrink; with fixed pads a
+   configuration that does not fit is an error, not a reallocation
+------------------------------------------------------------------------- */
+
+template <class DeviceType> void PairTorchKokkos<DeviceType>::ensure_capacity(int nodes, int edges)
+{
+  if (pad_nodes > 0) {
+    if (nodes + 1 > pad_nodes || edges > pad_edges)
+      error->one(FLERR,
+                 "Pair style torch/kk: {} atoms and {} edges on this rank do not fit the fixed "
+                 "capacity 'pad {} {}' (one slot is the dummy atom); raise the pad values",
+                 nodes, edges, pad_nodes, pad_edges);
+    nodes = pad_nodes;
+    edges = pad_edges;
+  }
+  if (nodes > node_capacity || d_species.extent(0) == 0) {
+    node_capacity = (pad_nodes > 0) ? nodes : std::max(nodes, node_capacity + node_capacity / 2);
+    d_species = Kokkos::View<int64_t *, DeviceType>("torch/kk:species", node_capacity);
+    d_node_energy = Kokkos::View<double *, DeviceType>("torch/kk:node_energy", node_capacity);
+    d_count = Kokkos::View<int *, DeviceType>("torch/kk:count", node_capacity);
+    d_offset = Kokkos::View<int *, DeviceType>("torch/kk:offset", node_capacity + 1);
+    capacity_changes += 1.0;
+  }
+  if (edges > edge_capacity || d_edge_vec.extent(0) == 0) {
+    edge_capacity =
+        (pad_edges > 0) ? edges : std::max(std::max(edges, 1), edge_capacity + edge_capacity / 2);
+    d_edge_vec = Kokkos::View<double *[3], Kokkos::LayoutRight, DeviceType>("torch/kk:edge_vec",
+                                                                            edge_capacity);
+    d_edge_grad = Kokkos::View<double *[3], Kokkos::LayoutRight, DeviceType>("torch/kk:edge_grad",
+                                                                             edge_capacity);
+    d_edge_index = Kokkos::View<int64_t *, DeviceType>("torch/kk:edge_index", 2 * edge_capacity);
+    capacity_changes += 1.0;
+  }
+}
+
+/* ----------------------------------------------------------------------
+   edges from the Kokkos full neighbor list: count, scan, fill
+------------------------------------------------------------------------- */
+
+template <class DeviceType> void PairTorchKokkos<DeviceType>::build_graph_device()
+{
+  auto *k_list = static_cast<NeighListKokkos<DeviceType> *>(list);
+  auto d_ilist = k_list->d_ilist;
+  auto d_numneigh = k_list->d_numneigh;
+  auto d_neighbors = k_list->d_neighbors;
+  const int inum = list->inum;
+  ncentres = inum + (ghostneigh ? list->gnum : 0);
+  nnodes_real = atom->nlocal + atom->nghost;
+
+  ensure_capacity(nnodes_real, 0);
+  auto lx = x;
+  auto count = d_count;
+  const double rcsq = cutoff * cutoff;
+  Kokkos::parallel_for(
+      "torch/kk:count_edges", Kokkos::RangePolicy<DeviceType>(0, ncentres), KOKKOS_LAMBDA(int ii) {
+        const int i = d_ilist(ii);
+        int n = 0;
+        for (int jj = 0; jj < d_numneigh(i); ++jj) {
+          const int j = d_neighbors(i, jj) & NEIGHMASK;
+          const double dx = lx(j, 0) - lx(i, 0), dy = lx(j, 1) - lx(i, 1), dz = lx(j, 2) - lx(i, 2);
+          if (dx * dx + dy * dy + dz * dz < rcsq) ++n;
+        }
+        count(ii) = n;
+      });
+  auto offset = d_offset;
+  int total = 0;
+  Kokkos::parallel_scan(
+      "torch/kk:scan_edges", Kokkos::RangePolicy<DeviceType>(0, ncentres),
+      KOKKOS_LAMBDA(int ii, int &partial, bool final) {
+        if (final) offset(ii) = partial;
+        partial += count(ii);
+      },
+      total);
+  nedges_real = total;
+  ensure_capacity(nnodes_real, nedges_real);
+
+  // the model sees the padded sizes in fixed-capacity mode
+  nnodes_model = (pad_nodes > 0) ? pad_nodes : nnodes_real;
+  nedges_model = (pad_edges > 0) ? pad_edges : nedges_real;
+  const int64_t second = nedges_model;    // edge_index is [2][nedges_model]
+  auto vec = d_edge_vec;
+  auto index = d_edge_index;
+  auto sp = d_species;
+  auto t2s = d_type2species;
+  auto ltype = type;
+  Kokkos::parallel_for(
+      "torch/kk:fill_edges", Kokkos::RangePolicy<DeviceType>(0, ncentres), KOKKOS_LAMBDA(int ii) {
+        const int i = d_ilist(ii);
+        int e = offset(ii);
+        for (int jj = 0; jj < d_numneigh(i); ++jj) {
+          const int j = d_neighbors(i, jj) & NEIGHMASK;
+          const double dx = lx(j, 0) - lx(i, 0), dy = lx(j, 1) - lx(i, 1), dz = lx(j, 2) - lx(i, 2);
+          if (dx * dx + dy * dy + dz * dz >= rcsq) continue;
+          vec(e, 0) = dx;
+          vec(e, 1) = dy;
+          vec(e, 2) = dz;
+          index(e) = i;
+          index(second + e) = j;
+          ++e;
+        }
+      });
+  const int nreal = nnodes_real;
+  Kokkos::parallel_for(
+      "torch/kk:species", Kokkos::RangePolicy<DeviceType>(0, nnodes_model), KOKKOS_LAMBDA(int i) {
+        sp(i) = (i < nreal) ? t2s(ltype(i)) : 0;
+      });
+  if (nedges_model > nedges_real) {
+    // padding: edges from the dummy atom to itself, beyond the cutoff; the
+    // dummy's energy does not count and no real atom is connected to it
+    const int64_t dummy = nnodes_real;
+    const double far = 2.0 * cutoff;
+    Kokkos::parallel_for(
+        "torch/kk:pad_edges", Kokkos::RangePolicy<DeviceType>(nedges_real, nedges_model),
+        KOKKOS_LAMBDA(int e) {
+          vec(e, 0) = far;
+          vec(e, 1) = 0.0;
+          vec(e, 2) = 0.0;
+          index(e) = dummy;
+          index(second + e) = dummy;
+        });
+  }
+}
+
+/* ---------------------------------------------------------------------- */
+
+template <class DeviceType> void PairTorchKokkos<DeviceType>::compute(int eflag_in, int vflag_in)
+{
+  ev_init(eflag_in, vflag_in, 0);
+  if (eflag_atom && (int) k_eatom.extent(0) < maxeatom) {
+    memoryKK->destroy_kokkos(k_eatom, eatom);
+    memoryKK->create_kokkos(k_eatom, eatom, maxeatom, "pair:eatom");
+    capacity_changes += 1.0;
+  }
+  if (vflag_atom && (int) k_vatom.extent(0) < maxvatom) {
+    memoryKK->destroy_kokkos(k_vatom, vatom);
+    memoryKK->create_kokkos(k_vatom, vatom, maxvatom, "pair:vatom");
+    capacity_changes += 1.0;
+  }
+  if (eflag_atom) {
+    d_eatom = k_eatom.template view<DeviceType>();
+    Kokkos::deep_copy(d_eatom, 0.0);
+  }
+  if (vflag_atom) {
+    d_vatom = k_vatom.template view<DeviceType>();
+    Kokkos::deep_copy(d_vatom, 0.0);
+  }
+
+  atomKK->sync(execution_space, datamask_read);
+  if (eflag || vflag)
+    atomKK->modified(execution_space, datamask_modify);
+  else
+    atomKK->modified(execution_space, F_MASK);
+  x = atomKK->k_x.template view<DeviceType>();
+  f = atomKK->k_f.template view<DeviceType>();
+  type = atomKK->k_type.template view<DeviceType>();
+
+  build_graph_device();
+
+  MLTorch::GraphInput in;
+  in.n_nodes = nnodes_model;
+  in.n_local = atom->nlocal;
+  in.n_edges = nedges_model;
+  in.edge_vectors = d_edge_vec.data();
+  in.edge_index = d_edge_index.data();
+  in.species = d_species.data();
+  in.on_model_device = !std::is_same<typename DeviceType::memory_space, Kokkos::HostSpace>::value;
+  double energy = 0.0;
+  try {
+    energy = model_->evaluate_into(in, d_edge_grad.data(), eflag_atom ? d_node_energy.data() : nullptr);
+  } catch (std::exception &e) {
+    error->one(FLERR, "Pair style torch/kk on step {}: {}", update->ntimestep, e.what());
+  }
+
+  double vsum[6] = {0, 0, 0, 0, 0, 0};
+  accumulate_device(vflag_global, vsum);
+  if (!std::isfinite(energy) || !std::isfinite(vsum[0] + vsum[1] + vsum[2]))
+    error->one(FLERR, "Pair style torch/kk: model {} returned a non-finite energy or force on step {}",
+               model_file, update->ntimestep);
+  if (eflag_global) eng_vdwl += energy;
+  if (vflag_global)
+    for (int k = 0; k < 6; ++k) virial[k] += vsum[k];
+
+  if (eflag_atom) MLTorchCompat::modified_sync_host<DeviceType>(k_eatom);
+  if (vflag_atom) MLTorchCompat::modified_sync_host<DeviceType>(k_vatom);
+}
+
+/* ----------------------------------------------------------------------
+   F_i += g_ij, F_j -= g_ij; W = -sum r_ij (x) g_ij (per atom half/half);
+   per-atom energies of the local nodes
+------------------------------------------------------------------------- */
+
+template <class DeviceType>
+void PairTorchKokkos<DeviceType>::accumulate_device(bool want_virial, double *vsum)
+{
+  auto lf = f;
+  auto vec = d_edge_vec;
+  auto grad = d_edge_grad;
+  auto index = d_edge_index;
+  const int64_t second = nedges_model;
+  const bool per_atom_virial = vflag_atom;
+  auto vatom_d = d_vatom;
+  // forces, and the per-atom virial when asked
+  Kokkos::parallel_for(
+      "torch/kk:forces", Kokkos::RangePolicy<DeviceType>(0, nedges_real), KOKKOS_LAMBDA(int e) {
+        const int i = index(e), j = index(second + e);
+        for (int k = 0; k < 3; ++k) {
+          Kokkos::atomic_add(&lf(i, k), grad(e, k));
+          Kokkos::atomic_add(&lf(j, k), -grad(e, k));
+        }
+        if (per_atom_virial) {
+          const double v[6] = {-vec(e, 0) * grad(e, 0), -vec(e, 1) * grad(e, 1),
+                               -vec(e, 2) * grad(e, 2), -vec(e, 0) * grad(e, 1),
+                               -vec(e, 0) * grad(e, 2), -vec(e, 1) * grad(e, 2)};
+          for (int k = 0; k < 6; ++k) {
+            Kokkos::atomic_add(&vatom_d(i, k), 0.5 * v[k]);
+            Kokkos::atomic_add(&vatom_d(j, k), 0.5 * v[k]);
+          }
+        }
+      });
+  if (want_virial) {
+    EV_FLOAT ev;
+    Kokkos::parallel_reduce(
+        "torch/kk:virial", Kokkos::RangePolicy<DeviceType>(0, nedges_real),
+        KOKKOS_LAMBDA(int e, EV_FLOAT &acc) {
+          acc.v[0] -= vec(e, 0) * grad(e, 0);
+          acc.v[1] -= vec(e, 1) * grad(e, 1);
+          acc.v[2] -= vec(e, 2) * grad(e, 2);
+          acc.v[3] -= vec(e, 0) * grad(e, 1);
+          acc.v[4] -= vec(e, 0) * grad(e, 2);
+          acc.v[5] -= vec(e, 1) * grad(e, 2);
+        },
+        ev);
+    for (int k = 0; k < 6; ++k) vsum[k] = ev.v[k];
+  }
+  if (eflag_atom) {
+    auto eatom_d = d_eatom;
+    auto ne = d_node_energy;
+    Kokkos::parallel_for(
+        "torch/kk:eatom", Kokkos::RangePolicy<DeviceType>(0, atom->nlocal),
+        KOKKOS_LAMBDA(int i) { eatom_d(i) += ne(i); });
+  }
+}
+
+/* ----------------------------------------------------------------------
+   for fix torch/finetune: the real (unpadded) graph of the current step in
+   the base class's host buffers, nodes = atoms
+------------------------------------------------------------------------- */
+
+template <class DeviceType> void PairTorchKokkos<DeviceType>::training_graph(MLTorch::GraphInput &in)
+{
+  atomKK->sync(execution_space, X_MASK | TYPE_MASK);
+  x = atomKK->k_x.template view<DeviceType>();
+  type = atomKK->k_type.template view<DeviceType>();
+  build_graph_device();
+  auto h_vec = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), d_edge_vec);
+  auto h_index = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), d_edge_index);
+  auto h_species = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), d_species);
+  const int64_t second = nedges_model;
+  edge_vec.resize(3 * nedges_real);
+  edge_index.resize(nedges_real);
+  edge_nbr.resize(nedges_real);
+  for (int e = 0; e < nedges_real; ++e) {
+    for (int k = 0; k < 3; ++k) edge_vec[3 * e + k] = h_vec(e, k);
+    edge_index[e] = h_index(e);
+    edge_nbr[e] = h_index(second + e);
+  }
+  edge_index.insert(edge_index.end(), edge_nbr.begin(), edge_nbr.end());
+  node2atom.resize(nnodes_real);
+  species.resize(nnodes_real);
+  for (int i = 0; i < nnodes_real; ++i) {
+    node2atom[i] = i;
+    species[i] = h_species(i);
+  }
+  ncounted = atom->nlocal;
+  graph_input(in);
+}
+
+/* ----------------------------------------------------------------------
+   "capacity_changes": buffer allocations so far (0-dim double); the
+   steady state of a run makes none
+------------------------------------------------------------------------- */
+
+template <class DeviceType> void *PairTorchKokkos<DeviceType>::extract(const char *name, int &dim)
+{
+  dim = 0;
+  if (strcmp(name, "capacity_changes") == 0) return (void *) &capacity_changes;
+  return nullptr;
+}
+
+template <class DeviceType> double PairTorchKokkos<DeviceType>::memory_usage()
+{
+  double bytes = PairTorch::memory_usage();
+  bytes += (double) node_capacity * (2 * sizeof(int64_t) + 2 * sizeof(int) + sizeof(double));
+  bytes += (double) edge_capacity * (6 * sizeof(double) + 2 * sizeof(int64_t));
+  return bytes;
+}
+
+namespace LAMMPS_NS {
+template class PairTorchKokkos<LMPDeviceType>;
+#ifdef LMP_KOKKOS_GPU
+template class PairTorchKokkos<LMPHostType>;
+#endif
+}    // namespace LAMMPS_NS

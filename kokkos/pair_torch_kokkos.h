@@ -1,0 +1,75 @@
+/* -*- c++ -*- ----------------------------------------------------------
+   LAMMPS - Large-scale Atomic/Molecular Massively Parallel Simulator
+   https://www.lammps.org/, Sandia National Laboratories
+   LAMMPS development team: developers@lammps.org
+
+   ML-TORCH package: TorchScript machine-learned potentials.
+   Distributed under the GNU General Public License, version 2.
+------------------------------------------------------------------------- */
+
+#ifdef PAIR_CLASS
+// clang-format off
+PairStyle(torch/kk,PairTorchKokkos<LMPDeviceType>);
+PairStyle(torch/kk/device,PairTorchKokkos<LMPDeviceType>);
+PairStyle(torch/kk/host,PairTorchKokkos<LMPHostType>);
+// clang-format on
+#else
+
+#ifndef LMP_PAIR_TORCH_KOKKOS_H
+#define LMP_PAIR_TORCH_KOKKOS_H
+
+#include "kokkos_type.h"
+#include "lmp_compat.h"
+#include "pair_torch.h"
+
+namespace LAMMPS_NS {
+
+template <class DeviceType> class PairTorchKokkos : public PairTorch {
+ public:
+  typedef DeviceType device_type;
+  typedef ArrayTypes<DeviceType> AT;
+  using KK = MLTorchCompat::KokkosTypes<DeviceType>;
+
+  PairTorchKokkos(class LAMMPS *);
+  ~PairTorchKokkos() override;
+
+  void compute(int, int) override;
+  void settings(int, char **) override;
+  void init_style() override;
+  void training_graph(MLTorch::GraphInput &in) override;
+  void *extract(const char *, int &) override;
+  double memory_usage() override;
+
+  // public for CUDA extended lambdas
+  void build_graph_device();
+  void accumulate_device(bool want_virial, double *virial_sum);
+
+ protected:
+  typename KK::t_x x;
+  typename KK::t_f f;
+  typename AT::t_int_1d type;
+  typename KK::k_eatom_t k_eatom;
+  typename KK::k_vatom_t k_vatom;
+  typename KK::t_eatom d_eatom;
+  typename KK::t_vatom d_vatom;
+  Kokkos::View<int *, DeviceType> d_type2species;
+
+  // graph buffers: capacities grow geometrically and never shrink within
+  // a run; with 'pad' the capacities are fixed and the tensors keep their
+  // shapes, padded with masked dummy entries
+  Kokkos::View<double *[3], Kokkos::LayoutRight, DeviceType> d_edge_vec, d_edge_grad;
+  Kokkos::View<int64_t *, DeviceType> d_edge_index, d_species;
+  Kokkos::View<double *, DeviceType> d_node_energy;
+  Kokkos::View<int *, DeviceType> d_count, d_offset;
+  int node_capacity, edge_capacity;
+  int pad_nodes, pad_edges;    // fixed capacities (0 = grow)
+  double capacity_changes;     // number of buffer (re)allocations, see extract()
+  int nnodes_real, nedges_real, nnodes_model, nedges_model, ncentres;
+
+  void ensure_capacity(int nodes, int edges);
+};
+
+}    // namespace LAMMPS_NS
+
+#endif
+#endif
