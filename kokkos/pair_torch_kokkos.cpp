@@ -260,7 +260,7 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::compute(int eflag_
   }
 
   atomKK->sync(execution_space, datamask_read);
-  if (eflag || vflag)
+  if (eflag_in || vflag_in)
     atomKK->modified(execution_space, datamask_modify);
   else
     atomKK->modified(execution_space, F_MASK);

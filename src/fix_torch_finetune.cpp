@@ -481,7 +481,7 @@ void FixTorchFinetune::check_replicas_consistent()
   // model file hash, trainable layout and the schedule of reductions
   std::string mine = fmt::format("{}|{}|{}|{}|{}", student->model_hash(), model_->num_trainable(),
                                  nevery, accumulate, replay_mix);
-  const int len = static_cast<int>(mine.size());
+  int len = static_cast<int>(mine.size());
   int maxlen = 0;
   MPI_Allreduce(&len, &maxlen, 1, MPI_INT, MPI_MAX, universe->uworld);
   mine.resize(maxlen, ' ');
@@ -502,8 +502,8 @@ void FixTorchFinetune::check_replicas_consistent()
   }
   // parameters and buffers from universe rank 0 (DDP's initial broadcast)
   std::string state = model_->state_bytes();
-  int64_t n = static_cast<int64_t>(state.size());
-  MPI_Bcast(&n, 1, MPI_INT64_T, 0, universe->uworld);
+  bigint n = static_cast<bigint>(state.size());
+  MPI_Bcast(&n, 1, MPI_LMP_BIGINT, 0, universe->uworld);
   state.resize(n);
   MPI_Bcast(state.data(), static_cast<int>(n), MPI_CHAR, 0, universe->uworld);
   model_->load_state_bytes(state);
@@ -1020,21 +1020,23 @@ void FixTorchFinetune::take_step()
 
 void FixTorchFinetune::checksum_guard()
 {
-  const std::string hex = MLTorch::content_hash(model_->state_bytes());
-  const unsigned long long mine = std::stoull(hex, nullptr, 16);
-  std::vector<unsigned long long> all(universe->nprocs);
-  MPI_Allgather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all.data(), 1, MPI_UNSIGNED_LONG_LONG,
-                universe->uworld);
+  // 16 hex digits per rank (MPI_CHAR: also in LAMMPS's MPI stubs)
+  std::string hex = MLTorch::content_hash(model_->state_bytes());
+  std::vector<char> all(16 * static_cast<std::size_t>(universe->nprocs));
+  MPI_Allgather(hex.data(), 16, MPI_CHAR, all.data(), 16, MPI_CHAR, universe->uworld);
   ++nchecks;
-  for (int r = 0; r < universe->nprocs; ++r)
-    if (all[r] != all[0]) {
-      // the same reduced data on every rank: all of them stop here together
+  const std::string first(all.data(), 16);
+  for (int r = 0; r < universe->nprocs; ++r) {
+    const std::string other(all.data() + 16 * static_cast<std::size_t>(r), 16);
+    if (other != first) {
+      // the same gathered data on every rank: all of them stop here together
       error->all(FLERR,
                  "Fix torch/finetune: model parameters differ between ranks/replicas after "
-                 "update {} (checksum {:016x} on universe rank 0, {:016x} on universe rank {}); "
+                 "update {} (checksum {} on universe rank 0, {} on universe rank {}); "
                  "replicas must run the same number of steps with the same fix settings",
-                 nupdates, all[0], all[r], r);
+                 nupdates, first, other, r);
     }
+  }
 }
 
 /* ----------------------------------------------------------------------

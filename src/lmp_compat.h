@@ -71,15 +71,16 @@ namespace MLTorchCompat {
   }
 
   // request a full neighbor list, with neighbors of ghost atoms if asked
-  inline void request_full_list(Neighbor *neighbor, Pair *pair, bool ghost)
+  inline void request_full_list(Neighbor *neighbor, Pair *pair, bool ghost, int instance)
   {
 #ifdef ML_TORCH_LAMMPS_LEGACY
-    const int irequest = neighbor->request(pair, pair->instance_me);
+    const int irequest = neighbor->request(pair, instance);
     neighbor->requests[irequest]->half = 0;
     neighbor->requests[irequest]->full = 1;
     if (ghost) neighbor->requests[irequest]->ghost = 1;
 #else
     neighbor->add_request(pair, NeighConst::REQ_FULL | (ghost ? NeighConst::REQ_GHOST : 0));
+    (void) instance;
 #endif
   }
 

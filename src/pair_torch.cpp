@@ -233,7 +233,7 @@ void PairTorch::init_style()
                "hybrid sub-style; use it as the only pair style",
                model_file, nlayers);
 
-  MLTorchCompat::request_full_list(neighbor, this, nlayers > 1);
+  MLTorchCompat::request_full_list(neighbor, this, nlayers > 1, instance_me);
 
   // a model with L message-passing layers sees atoms L cutoffs away:
   // make LAMMPS keep ghost atoms out to L*rc (+ skin for atom motion)

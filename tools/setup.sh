@@ -5,6 +5,9 @@
 #
 #   tools/setup.sh            # everything, then run the flagship example
 #   tools/setup.sh --no-run   # everything but the example
+#   tools/setup.sh --kokkos   # also pair_style torch/kk: Debian's Kokkos 3.4 and
+#                             # LAMMPS 29 Sep 2021 (Debian source package), built
+#                             # in build/kokkos; its tests join ctest (KokkosBuild)
 #
 # Idempotent: a second run reuses the apt state, pip cache, fetched LAMMPS
 # tarball (in $ML_TORCH_CACHE, default ~/.cache/ml-torch), ccache and build/.
@@ -13,13 +16,25 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
 run_example=1
-[ "${1:-}" = "--no-run" ] && run_example=0
+kokkos=0
+for arg in "$@"; do
+  case "$arg" in
+    --no-run) run_example=0 ;;
+    --kokkos) kokkos=1 ;;
+    *) echo "usage: tools/setup.sh [--no-run] [--kokkos]" >&2; exit 2 ;;
+  esac
+done
 
 cache=${ML_TORCH_CACHE:-$HOME/.cache/ml-torch}
 lammps_pkg_version=20260704+dfsg-2
 lammps_tarball=lammps_20260704+dfsg.orig.tar.gz
 lammps_sha256=cddbc45a047416bd48a4a0b87f24a5b61b3446982b74d18cafe619c22b17eb62
 lammps_dir=$cache/lammps-20260704
+# the KOKKOS build: the only LAMMPS whose KOKKOS package accepts Debian's Kokkos 3.4
+kk_pkg_version=20220106.git7586adbb6a+ds1-2
+kk_tarball=lammps_20220106.git7586adbb6a+ds1.orig.tar.xz
+kk_sha256=65146c615ad24d8b8bc64f4e05e86226a7f1fdb45c0b5ea9416562b9f3863082
+kk_lammps_dir=$cache/lammps-20210929
 torch_spec=${ML_TORCH_TORCH_SPEC:-torch==2.15.0}
 jobs=${ML_TORCH_JOBS:-$(nproc)}
 
@@ -32,6 +47,7 @@ say "system packages"
 pkgs=(build-essential cmake ninja-build ccache git ca-certificates dpkg-dev
       libopenmpi-dev openmpi-bin python3 python3-venv python3-dev
       libgtest-dev libgmock-dev libyaml-dev nlohmann-json3-dev)
+[ "$kokkos" = 1 ] && pkgs+=(libtrilinos-kokkos-dev xz-utils)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -45,14 +61,17 @@ else
 fi
 
 # ---------------------------------------------------------------------------
-say "LAMMPS source ($lammps_pkg_version, Debian source package)"
-mkdir -p "$cache"
-if [ ! -f "$lammps_dir/.complete" ]; then
-  if [ ! -f "$cache/$lammps_tarball" ] || \
-     ! echo "$lammps_sha256  $cache/$lammps_tarball" | sha256sum -c --quiet - 2>/dev/null; then
+# fetch_lammps PKG_VERSION TARBALL SHA256 DIR TAR_FLAGS: a Debian lammps source
+# package's orig tarball, checked against the SHA-256 Debian lists and ours
+fetch_lammps() {
+  local pkg_version=$1 tarball=$2 sha=$3 dir=$4 tar_flags=$5
+  [ -f "$dir/.complete" ] && return 0
+  mkdir -p "$cache"
+  if [ ! -f "$cache/$tarball" ] || \
+     ! echo "$sha  $cache/$tarball" | sha256sum -c --quiet - 2>/dev/null; then
     # deb-src entry derived from the machine's own Debian source
     src_list=/etc/apt/sources.list.d/ml-torch-src.sources
-    if ! apt-cache showsrc lammps 2>/dev/null | grep -q "^Version: $lammps_pkg_version"; then
+    if ! apt-cache showsrc lammps 2>/dev/null | grep -q "^Version: $pkg_version"; then
       uri=$(grep -h -m1 -E '^URIs:.*debian' /etc/apt/sources.list.d/*.sources 2>/dev/null \
               | grep -v security | awk '{print $2}' | head -n1 || true)
       if [ -z "$uri" ]; then
@@ -64,24 +83,35 @@ if [ ! -f "$lammps_dir/.complete" ]; then
         "$uri" | "${sudo_cmd[@]}" tee "$src_list" >/dev/null
       "${sudo_cmd[@]}" apt-get update -qq
     fi
-    listed=$(apt-cache showsrc lammps | awk -v v="$lammps_pkg_version" -v f="$lammps_tarball" \
+    listed=$(apt-cache showsrc lammps | awk -v v="$pkg_version" -v f="$tarball" \
                '/^Package:/{ok=0} $1=="Version:"{ok=($2==v)} /^Checksums-Sha256:/{s=1;next}
                 /^[A-Z]/{s=0} ok && s && $3==f {print $1}' | head -n1)
-    if [ "$listed" != "$lammps_sha256" ]; then
-      echo "ERROR: Debian lists SHA-256 '$listed' for $lammps_tarball, expected $lammps_sha256" >&2
+    if [ "$listed" != "$sha" ]; then
+      echo "ERROR: Debian lists SHA-256 '$listed' for $tarball, expected $sha" >&2
       exit 1
     fi
     # the .dsc / debian tarball may 404 on this network; the orig tarball is all we need
-    (cd "$cache" && apt-get source --download-only "lammps=$lammps_pkg_version" >/dev/null 2>&1 || true)
-    [ -f "$cache/$lammps_tarball" ] || { echo "ERROR: could not download $lammps_tarball" >&2; exit 1; }
-    echo "$lammps_sha256  $cache/$lammps_tarball" | sha256sum -c --quiet - \
-      || { echo "ERROR: SHA-256 mismatch for $cache/$lammps_tarball" >&2; rm -f "$cache/$lammps_tarball"; exit 1; }
+    (cd "$cache" && apt-get source --download-only "lammps=$pkg_version" >/dev/null 2>&1 || true)
+    [ -f "$cache/$tarball" ] || { echo "ERROR: could not download $tarball" >&2; exit 1; }
+    echo "$sha  $cache/$tarball" | sha256sum -c --quiet - \
+      || { echo "ERROR: SHA-256 mismatch for $cache/$tarball" >&2; rm -f "$cache/$tarball"; exit 1; }
   fi
-  rm -rf "$lammps_dir" && mkdir -p "$lammps_dir"
-  tar -xzf "$cache/$lammps_tarball" -C "$lammps_dir"   # the tarball has no top-level folder
-  touch "$lammps_dir/.complete"
-fi
+  rm -rf "$dir" && mkdir -p "$dir"
+  # shellcheck disable=SC2086
+  tar $tar_flags "$cache/$tarball" -C "$dir"
+  touch "$dir/.complete"
+}
+
+say "LAMMPS source ($lammps_pkg_version, Debian source package)"
+fetch_lammps "$lammps_pkg_version" "$lammps_tarball" "$lammps_sha256" "$lammps_dir" "-xzf"   # no top-level folder
 echo "LAMMPS tree: $lammps_dir ($(grep -o '"[^"]*"' "$lammps_dir/src/version.h" | head -n1))"
+kk_args=(-DML_TORCH_KOKKOS_LEGACY_BUILD=OFF)
+if [ "$kokkos" = 1 ]; then
+  say "LAMMPS source for the KOKKOS build ($kk_pkg_version, Debian source package)"
+  fetch_lammps "$kk_pkg_version" "$kk_tarball" "$kk_sha256" "$kk_lammps_dir" "--strip-components=1 -xJf"
+  echo "LAMMPS tree: $kk_lammps_dir ($(grep -o '"[^"]*"' "$kk_lammps_dir/src/version.h" | head -n1))"
+  kk_args=(-DML_TORCH_KOKKOS_LEGACY_BUILD=ON -DML_TORCH_KOKKOS_LAMMPS_DIR="$kk_lammps_dir")
+fi
 
 # ---------------------------------------------------------------------------
 say "Python environment (.venv, $torch_spec)"
@@ -102,10 +132,9 @@ launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 # paths under the checkout hash relative, so another clone reuses the cache
 export CCACHE_BASEDIR="$here"
-if [ ! -f build/CMakeCache.txt ]; then
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
-        -DLAMMPS_SOURCE_DIR="$lammps_dir" -DML_TORCH_PYTHON="$here/.venv/bin/python" "${launcher[@]}"
-fi
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DLAMMPS_SOURCE_DIR="$lammps_dir" -DML_TORCH_PYTHON="$here/.venv/bin/python" "${launcher[@]}" \
+      "${kk_args[@]}"
 cmake --build build -j "$jobs"
 
 # ---------------------------------------------------------------------------

@@ -24,21 +24,38 @@ struct Result {
   std::array<double, 6> virial{};     // xx yy zz xy xz yz (LAMMPS order)
 };
 
+// the graph: originals first (nodes [0, n) count), then their images;
+// owner[node] is the original atom of every node
+struct Graph {
+  std::vector<double> x, edge_vectors;
+  std::vector<int64_t> species, edge_index, centre, neighbour;
+  std::vector<int> owner;
+  int64_t n_local = 0;
+  MLTorch::GraphInput input() const
+  {
+    MLTorch::GraphInput in;
+    in.n_nodes = static_cast<int64_t>(species.size());
+    in.n_local = n_local;
+    in.n_edges = static_cast<int64_t>(centre.size());
+    in.edge_vectors = edge_vectors.data();
+    in.edge_index = edge_index.data();
+    in.species = species.data();
+    return in;
+  }
+};
+
 // cell rows a, b, c; periodic[d] says whether images are made along cell vector d
-inline Result evaluate_reference(const MLTorch::Model &model, const std::vector<double> &pos,
-                                 const std::vector<int64_t> &species,
-                                 const std::array<std::array<double, 3>, 3> &cell,
-                                 const std::array<bool, 3> &periodic, int nshell)
+inline Graph build_reference_graph(const std::vector<double> &pos, const std::vector<int64_t> &species,
+                                   const std::array<std::array<double, 3>, 3> &cell,
+                                   const std::array<bool, 3> &periodic, int nshell, double rc)
 {
   const int n = static_cast<int>(species.size());
-  const double rc = model.metadata().cutoff;
-  std::vector<double> x;
-  std::vector<int64_t> sp;
-  std::vector<int> owner;
+  Graph g;
+  g.n_local = n;
   for (int a = 0; a < n; a++) {    // originals first: nodes [0, n) count
-    for (int d = 0; d < 3; d++) x.push_back(pos[3 * a + d]);
-    sp.push_back(species[a]);
-    owner.push_back(a);
+    for (int d = 0; d < 3; d++) g.x.push_back(pos[3 * a + d]);
+    g.species.push_back(species[a]);
+    g.owner.push_back(a);
   }
   const int s0 = periodic[0] ? nshell : 0, s1 = periodic[1] ? nshell : 0,
             s2 = periodic[2] ? nshell : 0;
@@ -48,34 +65,40 @@ inline Result evaluate_reference(const MLTorch::Model &model, const std::vector<
         if (i == 0 && j == 0 && k == 0) continue;
         for (int a = 0; a < n; a++) {
           for (int d = 0; d < 3; d++)
-            x.push_back(pos[3 * a + d] + i * cell[0][d] + j * cell[1][d] + k * cell[2][d]);
-          sp.push_back(species[a]);
-          owner.push_back(a);
+            g.x.push_back(pos[3 * a + d] + i * cell[0][d] + j * cell[1][d] + k * cell[2][d]);
+          g.species.push_back(species[a]);
+          g.owner.push_back(a);
         }
       }
-  const int64_t m = static_cast<int64_t>(sp.size());
-  std::vector<double> ev;
-  std::vector<int64_t> ci, cj;
+  const int64_t m = static_cast<int64_t>(g.species.size());
+  const auto &x = g.x;
   for (int64_t a = 0; a < m; a++)
     for (int64_t b = 0; b < m; b++) {
       if (a == b) continue;
       const double dx = x[3 * b] - x[3 * a], dy = x[3 * b + 1] - x[3 * a + 1],
                    dz = x[3 * b + 2] - x[3 * a + 2];
       if (dx * dx + dy * dy + dz * dz >= rc * rc) continue;
-      ev.insert(ev.end(), {dx, dy, dz});
-      ci.push_back(a);
-      cj.push_back(b);
+      g.edge_vectors.insert(g.edge_vectors.end(), {dx, dy, dz});
+      g.centre.push_back(a);
+      g.neighbour.push_back(b);
     }
-  std::vector<int64_t> index(ci);
-  index.insert(index.end(), cj.begin(), cj.end());
+  g.edge_index = g.centre;
+  g.edge_index.insert(g.edge_index.end(), g.neighbour.begin(), g.neighbour.end());
+  return g;
+}
 
-  MLTorch::GraphInput in;
-  in.n_nodes = m;
-  in.n_local = n;
-  in.n_edges = static_cast<int64_t>(ci.size());
-  in.edge_vectors = ev.data();
-  in.edge_index = index.data();
-  in.species = sp.data();
+inline Result evaluate_reference(const MLTorch::Model &model, const std::vector<double> &pos,
+                                 const std::vector<int64_t> &species,
+                                 const std::array<std::array<double, 3>, 3> &cell,
+                                 const std::array<bool, 3> &periodic, int nshell)
+{
+  const int n = static_cast<int>(species.size());
+  const Graph g = build_reference_graph(pos, species, cell, periodic, nshell, model.metadata().cutoff);
+  const MLTorch::GraphInput in = g.input();
+  const auto &ev = g.edge_vectors;
+  const auto &ci = g.centre;
+  const auto &cj = g.neighbour;
+  const auto &owner = g.owner;
   MLTorch::GraphOutput out;
   model.evaluate(in, out, false);
 

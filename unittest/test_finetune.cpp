@@ -22,6 +22,8 @@
 #include "pair.h"
 #include "reference_graph.h"
 
+#include "mpi_test_main.h"
+
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -125,6 +127,14 @@ static double max_diff(const std::vector<double> &a, const std::vector<double> &
   return m;
 }
 
+// the spoilt student running NVE on a 900 K 64-atom Si crystal
+static void hot_student(Lammps &l, int seed)
+{
+  l.cmds(silicon(2, seed, "ortho"));
+  l.cmds({"velocity all create 900 4928 loop geom", "pair_style torch",
+          "pair_coeff * * " + student + " Si", "fix md all nve"});
+}
+
 /* ----------------------------------------------------------------------
    1. gradient exactness: energy + force + stress loss gradient on N ranks
    vs the same configuration on one rank (MPI_COMM_SELF)
@@ -212,46 +222,12 @@ TEST_P(Gradient, MatchesIndependentReference)
   MLTorch::Model model(MLTorch::read_file(c.model), c.model, "cpu");
   std::vector<bool> all(model.parameter_names().size(), true);
   model.set_trainable(all);
-  const int nshell = 1;
-  std::vector<double> xs;
-  std::vector<int64_t> sp;
-  std::vector<int> owner;
-  for (int a = 0; a < n; a++) {
-    xs.insert(xs.end(), {x[3 * a], x[3 * a + 1], x[3 * a + 2]});
-    owner.push_back(a);
-  }
-  for (int i = -nshell; i <= nshell; i++)
-    for (int j = -nshell; j <= nshell; j++)
-      for (int k = -nshell; k <= nshell; k++) {
-        if (i == 0 && j == 0 && k == 0) continue;
-        for (int a = 0; a < n; a++) {
-          xs.insert(xs.end(), {x[3 * a] + i * L, x[3 * a + 1] + j * L, x[3 * a + 2] + k * L});
-          owner.push_back(a);
-        }
-      }
+  const std::array<std::array<double, 3>, 3> cell{{{L, 0, 0}, {0, L, 0}, {0, 0, L}}};
+  const auto graph = MLTorchTest::build_reference_graph(x, std::vector<int64_t>(n, 0), cell,
+                                                        {true, true, true}, 1, model.metadata().cutoff);
+  const auto &owner = graph.owner;
   const int64_t m = static_cast<int64_t>(owner.size());
-  sp.assign(m, 0);
-  const double rc = model.metadata().cutoff;
-  std::vector<double> ev;
-  std::vector<int64_t> ci, cj;
-  for (int64_t a = 0; a < m; a++)
-    for (int64_t b = 0; b < m; b++) {
-      if (a == b) continue;
-      const double d[3] = {xs[3 * b] - xs[3 * a], xs[3 * b + 1] - xs[3 * a + 1], xs[3 * b + 2] - xs[3 * a + 2]};
-      if (d[0] * d[0] + d[1] * d[1] + d[2] * d[2] >= rc * rc) continue;
-      ev.insert(ev.end(), d, d + 3);
-      ci.push_back(a);
-      cj.push_back(b);
-    }
-  std::vector<int64_t> index(ci);
-  index.insert(index.end(), cj.begin(), cj.end());
-  MLTorch::GraphInput in;
-  in.n_nodes = m;
-  in.n_local = n;
-  in.n_edges = static_cast<int64_t>(ci.size());
-  in.edge_vectors = ev.data();
-  in.edge_index = index.data();
-  in.species = sp.data();
+  const MLTorch::GraphInput in = graph.input();
   double e = 0.0, w[6];
   std::vector<double> nf;
   model.forward_train(in, e, nf, w);
@@ -313,11 +289,7 @@ TEST_P(Gradient, ReplayAfterMigrationIsExact)
 TEST(Replay, MemoryBoundAndCapacity)
 {
   Lammps l(MPI_COMM_WORLD);
-  l.cmds(silicon(2, 5, "ortho"));
-  l.cmd("velocity all create 900 4928 loop geom");
-  l.cmd("pair_style torch");
-  l.cmd("pair_coeff * * " + student + " Si");
-  l.cmd("fix md all nve");
+  hot_student(l, 5);
   l.cmd("fix ft all torch/finetune 1 " + teacher() + " log 0 replay 5 2");
   l.cmd("run 8 post no");
   EXPECT_EQ(l.fix()->replay_size(), 5);    // capacity
@@ -571,11 +543,7 @@ TEST(Restart, ContinuesExactly)
 TEST(Decisions, FreezeKeepsParametersFixed)
 {
   Lammps l(MPI_COMM_WORLD);
-  l.cmds(silicon(2, 5, "ortho"));
-  l.cmd("velocity all create 900 4928 loop geom");
-  l.cmd("pair_style torch");
-  l.cmd("pair_coeff * * " + student + " Si");
-  l.cmd("fix md all nve");
+  hot_student(l, 5);
   l.cmd("fix ft all torch/finetune 1 " + teacher() + " log 0 train nets freeze nets.0.4");
   const auto names = l.fix()->model()->parameter_names();
   const auto sizes = l.fix()->model()->parameter_sizes();
@@ -602,11 +570,7 @@ TEST(Decisions, SkipAndRollbackAreCollective)
   Lammps l(MPI_COMM_WORLD, replicas ? partitions() : std::vector<std::string>{});
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  l.cmds(silicon(2, 40 + (replicas ? rank : 0), "ortho"));
-  l.cmd("velocity all create 900 4928 loop geom");
-  l.cmd("pair_style torch");
-  l.cmd("pair_coeff * * " + student + " Si");
-  l.cmd("fix md all nve");
+  hot_student(l, 40 + (replicas ? rank : 0));
   // every update's force error is above the threshold: all are skipped
   l.cmd("fix ft all torch/finetune 1 " + teacher() + " log 0 check 1 max_force_error 1e-6");
   const auto before = l.params();
@@ -828,19 +792,5 @@ TEST(ReplicaErrors, DifferentSettings)
 
 int main(int argc, char **argv)
 {
-  MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &me);
-  MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
-  ::testing::InitGoogleTest(&argc, argv);
-  for (int i = 1; i < argc; i++)
-    if (std::string(argv[i]) == "--verbose-lammps") verbose = true;
-  if (me != 0) {
-    auto &listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  const int rv = RUN_ALL_TESTS();
-  int worst = rv;
-  MPI_Allreduce(&rv, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return worst;
+  return mpi_test_main(argc, argv, me, nprocs, verbose);
 }

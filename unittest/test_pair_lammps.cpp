@@ -14,6 +14,8 @@
 #include "model.h"
 #include "reference_graph.h"
 
+#include "mpi_test_main.h"
+
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -411,19 +413,5 @@ TEST(NVE, SiliconLocalModelConservesEnergy)
 
 int main(int argc, char **argv)
 {
-  MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &me);
-  MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
-  ::testing::InitGoogleTest(&argc, argv);
-  for (int i = 1; i < argc; i++)
-    if (std::string(argv[i]) == "--verbose-lammps") verbose = true;
-  if (me != 0) {
-    auto &listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  const int rv = RUN_ALL_TESTS();
-  int worst = rv;
-  MPI_Allreduce(&rv, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return worst;
+  return mpi_test_main(argc, argv, me, nprocs, verbose);
 }

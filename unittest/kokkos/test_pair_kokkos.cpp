@@ -1,0 +1,295 @@
+/* ----------------------------------------------------------------------
+   ML-TORCH: pair_style torch/kk (-k on -sf kk) against pair_style torch
+   and LAMMPS's native styles; buffer capacities; fixed padding; fix
+   torch/finetune on top of torch/kk. Run under mpirun (1 and 4 ranks).
+------------------------------------------------------------------------- */
+
+#include "fix_torch_finetune.h"
+#include "force.h"
+#include "input.h"
+#include "lammps.h"
+#include "library.h"
+#include "modify.h"
+#include "pair.h"
+
+#include "../mpi_test_main.h"
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+using LAMMPS_NS::LAMMPS;
+
+static const std::string potentials = ML_TORCH_POTENTIALS_DIR;
+static const std::string lammps_potentials = ML_TORCH_LAMMPS_POTENTIALS_DIR;
+static int me = 0, nprocs = 1;
+
+class Lammps {
+ public:
+  explicit Lammps(bool kokkos)
+  {
+    std::vector<std::string> args{"lmp", "-log", "none", "-echo", "none", "-nocite", "-screen", "none"};
+    if (kokkos) args.insert(args.end(), {"-k", "on", "-sf", "kk"});
+    std::vector<char *> argv;
+    for (auto &a : args) argv.push_back(a.data());
+    lmp = new LAMMPS(static_cast<int>(argv.size()), argv.data(), MPI_COMM_WORLD);
+  }
+  ~Lammps() { delete lmp; }
+  void cmd(const std::string &line) { lmp->input->one(line); }
+  void cmds(const std::vector<std::string> &lines)
+  {
+    for (const auto &l : lines) cmd(l);
+  }
+  std::vector<double> gather(const char *name, int count)
+  {
+    std::vector<double> data(static_cast<std::size_t>(lammps_get_natoms(lmp)) * count);
+    std::string n = name;
+    lammps_gather(lmp, n.data(), 1, count, data.data());
+    return data;
+  }
+  double thermo(const char *key) { return lammps_get_thermo(lmp, key); }
+  double capacity_changes()
+  {
+    int dim = 0;
+    auto *p = static_cast<double *>(lmp->force->pair->extract("capacity_changes", dim));
+    return p ? *p : -1.0;
+  }
+  LAMMPS *lmp;
+};
+
+struct Snapshot {
+  double pe, press;
+  std::vector<double> f, pe_atom, s_atom, virial;
+};
+
+static double rel(const std::vector<double> &a, const std::vector<double> &b)
+{
+  double num = 0.0, den = 0.0;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    num = std::max(num, std::fabs(a[i] - b[i]));
+    den = std::max(den, std::fabs(b[i]));
+  }
+  if (a.size() != b.size()) return INFINITY;
+  return den > 0 ? num / den : num;
+}
+
+static double rel(double a, double b)
+{
+  return std::fabs(a - b) / std::max(std::fabs(b), 1e-300);
+}
+
+struct System {
+  std::string name;
+  std::vector<std::string> setup;
+  std::string style;    // pair_style + pair_coeff lines, ';'-separated, with "torch"
+};
+
+static std::vector<std::string> lattice(const std::string &lat, double mass, int n, bool tri)
+{
+  const std::string s = std::to_string(n);
+  return {"units metal", "atom_modify map array", "newton on", lat,
+          tri ? "region box prism 0 " + s + " 0 " + s + " 0 " + s + " 1 0 0"
+              : "region box block 0 " + s + " 0 " + s + " 0 " + s,
+          "create_box 1 box", "create_atoms 1 box", "mass 1 " + std::to_string(mass),
+          "displace_atoms all random 0.1 0.1 0.1 4321 units box",
+          "velocity all create 600 4928 loop geom"};
+}
+
+static Snapshot run(Lammps &l, const System &s, const std::string &pair, const std::string &coeff,
+                    int steps)
+{
+  l.cmds(s.setup);
+  l.cmd(pair);
+  l.cmd(coeff);
+  l.cmds({"compute pea all pe/atom", "compute sa all stress/atom NULL", "compute vir all pressure NULL virial",
+          "thermo_style custom step pe press c_vir[1] c_vir[2] c_vir[3] c_vir[4] c_vir[5] c_vir[6]",
+          "fix md all nve", "run " + std::to_string(steps) + " post no"});
+  Snapshot r;
+  r.pe = l.thermo("pe");
+  r.press = l.thermo("press");
+  for (const char *k : {"c_vir[1]", "c_vir[2]", "c_vir[3]", "c_vir[4]", "c_vir[5]", "c_vir[6]"})
+    r.virial.push_back(l.thermo(k));
+  r.f = l.gather("f", 3);
+  r.pe_atom = l.gather("c_pea", 1);
+  r.s_atom = l.gather("c_sa", 6);
+  return r;
+}
+
+/* ----------------------------------------------------------------------
+   torch/kk == torch (and == native) on the same input
+------------------------------------------------------------------------- */
+
+struct Case {
+  std::string name;
+  std::vector<std::string> setup;
+  std::string model, element, native_pair, native_coeff;
+};
+
+static void PrintTo(const Case &c, std::ostream *os)
+{
+  *os << c.name;
+}
+
+class KokkosVsCpu : public ::testing::TestWithParam<Case> {};
+
+TEST_P(KokkosVsCpu, SameNumbers)
+{
+  const auto &c = GetParam();
+  const System sys{c.name, c.setup, ""};
+  const std::string coeff = "pair_coeff * * " + c.model + " " + c.element;
+  Snapshot cpu, kk, native;
+  {
+    Lammps l(false);
+    cpu = run(l, sys, "pair_style torch", coeff, 20);
+  }
+  {
+    Lammps l(true);
+    kk = run(l, sys, "pair_style torch", coeff, 20);    // -sf kk makes it torch/kk
+    EXPECT_NE(std::string(l.lmp->force->pair_style).find("torch/kk"), std::string::npos);
+  }
+  const double d[5] = {rel(kk.pe, cpu.pe), rel(kk.f, cpu.f), rel(kk.virial, cpu.virial),
+                       rel(kk.pe_atom, cpu.pe_atom), rel(kk.s_atom, cpu.s_atom)};
+  if (me == 0)
+    std::printf("[ torch/kk ] %s on %d rank(s) vs torch after 20 steps: pe %.2g f %.2g virial %.2g "
+                "pe/atom %.2g stress/atom %.2g\n",
+                c.name.c_str(), nprocs, d[0], d[1], d[2], d[3], d[4]);
+  for (double v : d) EXPECT_LE(v, 1e-12);
+  if (!c.native_pair.empty()) {
+    Lammps l(false);
+    native = run(l, sys, c.native_pair, c.native_coeff, 20);
+    const double n[3] = {rel(kk.pe, native.pe), rel(kk.f, native.f), rel(kk.virial, native.virial)};
+    if (me == 0)
+      std::printf("[ torch/kk ] %s vs native %s: pe %.2g f %.2g virial %.2g\n", c.name.c_str(),
+                  c.native_pair.c_str(), n[0], n[1], n[2]);
+    for (double v : n) EXPECT_LE(v, 1e-10);
+  }
+}
+
+static std::vector<Case> cases()
+{
+  const std::string sw = "pair_coeff * * " + lammps_potentials + "/Si.sw Si";
+  return {
+      {"lj", lattice("lattice fcc 5.26", 39.948, 4, false), potentials + "/lj_Ar.pt", "Ar",
+       "pair_style lj/cut 8.5", "pair_coeff * * 0.0104 3.40"},
+      {"sw", lattice("lattice diamond 5.431", 28.0855, 3, false), potentials + "/sw_Si.pt", "Si",
+       "pair_style sw", sw},
+      {"sw_triclinic", lattice("lattice diamond 5.431", 28.0855, 3, true), potentials + "/sw_Si.pt",
+       "Si", "pair_style sw", sw},
+      {"si_local", lattice("lattice diamond 5.431", 28.0855, 3, false), potentials + "/si_local.pt",
+       "Si", "", ""},
+      {"si_mp2", lattice("lattice diamond 5.431", 28.0855, 3, false), potentials + "/si_mp2.pt", "Si",
+       "", ""},
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, KokkosVsCpu, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
+
+/* ----------------------------------------------------------------------
+   steady state allocates nothing; growth when atoms are added
+------------------------------------------------------------------------- */
+
+TEST(KokkosCapacity, NoAllocationInSteadyStateAndGrowth)
+{
+  const std::string data = ::testing::TempDir() + "/grown.data";
+  Lammps l(true);
+  // atoms fill two thirds of the box; more are added later
+  l.cmds({"units metal", "atom_modify map array", "newton on", "lattice fcc 5.26",
+          "region box block 0 3 0 3 0 3", "create_box 1 box", "region first block 0 2 0 3 0 3",
+          "region rest block 2 3 0 3 0 3", "create_atoms 1 region first", "mass 1 39.948",
+          "displace_atoms all random 0.1 0.1 0.1 4321 units box", "velocity all create 60 4928 loop geom",
+          "pair_style torch", "pair_coeff * * " + potentials + "/lj_Ar.pt Ar", "fix md all nve",
+          "run 100 post no"});
+  const double warm = l.capacity_changes();
+  l.cmd("run 1000 post no");
+  const double steady = l.capacity_changes() - warm;
+  l.cmd("create_atoms 1 region rest");
+  l.cmd("run 5 post no");
+  const double added = l.capacity_changes() - warm - steady;
+  l.cmd("change_box all x scale 0.93 y scale 0.93 z scale 0.93 remap");
+  l.cmd("run 5 post no");
+  const double denser = l.capacity_changes() - warm - steady - added;
+  if (me == 0)
+    std::printf("[ capacity ] allocations: %g in warm-up, %g in 1000 steady steps, %g after "
+                "create_atoms, %g after compression\n", warm, steady, added, denser);
+  EXPECT_GE(warm, 2.0);
+  EXPECT_EQ(steady, 0.0);
+  EXPECT_GT(added, 0.0);
+  EXPECT_GT(denser, 0.0);
+  // the grown buffers give the CPU style's numbers on the same atoms
+  l.cmd("write_data " + data);
+  l.cmd("run 0 post no");
+  const double pe_kk = l.thermo("pe"), p_kk = l.thermo("press");
+  Lammps c(false);
+  c.cmds({"units metal", "atom_modify map array", "read_data " + data, "pair_style torch",
+          "pair_coeff * * " + potentials + "/lj_Ar.pt Ar", "run 0 post no"});
+  EXPECT_LE(rel(pe_kk, c.thermo("pe")), 1e-12);
+  EXPECT_LE(rel(p_kk, c.thermo("press")), 1e-11);
+  std::remove(data.c_str());
+}
+
+/* ----------------------------------------------------------------------
+   fixed capacity (padding with masked dummy entries) == growing buffers
+------------------------------------------------------------------------- */
+
+TEST(KokkosPadding, FixedCapacityEqualsGrowing)
+{
+  const System sys{"mp", lattice("lattice diamond 5.431", 28.0855, 3, false), ""};
+  const std::string coeff = "pair_coeff * * " + potentials + "/si_mp2.pt Si";
+  Snapshot grow, pad;
+  double changes = 0.0;
+  {
+    Lammps l(true);
+    grow = run(l, sys, "pair_style torch", coeff, 10);
+  }
+  {
+    Lammps l(true);
+    pad = run(l, sys, "pair_style torch pad 20000 400000", coeff, 10);
+    changes = l.capacity_changes();
+  }
+  const double d[4] = {rel(pad.pe, grow.pe), rel(pad.f, grow.f), rel(pad.virial, grow.virial),
+                       rel(pad.pe_atom, grow.pe_atom)};
+  if (me == 0)
+    std::printf("[ padding ] fixed vs growing capacity: pe %.2g f %.2g virial %.2g pe/atom %.2g; "
+                "allocations with padding: %g\n", d[0], d[1], d[2], d[3], changes);
+  for (double v : d) EXPECT_LE(v, 1e-12);
+}
+
+/* ----------------------------------------------------------------------
+   fix torch/finetune on top of torch/kk: the same gradient as on torch
+------------------------------------------------------------------------- */
+
+static std::vector<double> finetune_gradient(bool kokkos)
+{
+  Lammps l(kokkos);
+  l.cmds(lattice("lattice diamond 5.431", 28.0855, 2, false));
+  l.cmds({"pair_style torch", "pair_coeff * * " + potentials + "/si_local.pt Si",
+          "fix ft all torch/finetune 1 teacher sw \"* * " + lammps_potentials +
+              "/Si.sw Si\" weights 1.0 10.0 1.0 optimizer sgd lr 1e-12 log 0",
+          "run 1 post no"});
+  auto *fix = dynamic_cast<LAMMPS_NS::FixTorchFinetune *>(l.lmp->modify->fix[l.lmp->modify->find_fix("ft")]);
+  return fix ? fix->last_gradient() : std::vector<double>();
+}
+
+TEST(KokkosFinetune, GradientEqualsCpuStyle)
+{
+  const auto g_cpu = finetune_gradient(false);
+  const auto g_kk = finetune_gradient(true);
+  ASSERT_GT(g_cpu.size(), 1000u);
+  const double d = rel(g_kk, g_cpu);
+  if (me == 0) std::printf("[ finetune ] gradient with torch/kk vs torch: %.3g\n", d);
+  EXPECT_LE(d, 1e-10);
+}
+
+/* ---------------------------------------------------------------------- */
+
+int main(int argc, char **argv)
+{
+  bool verbose = false;
+  return mpi_test_main(argc, argv, me, nprocs, verbose);
+}
