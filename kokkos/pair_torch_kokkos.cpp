@@ -13,8 +13,8 @@
    full neighbor list (count, scan, fill with the cutoff filter); its
    buffers go to LibTorch without a copy (from_blob on the same memory);
    forces, per-atom energy and virial are accumulated on the device.
-   Nodes are the atoms themselves: node i = local or ghost atom i, the
-   first nlocal count in the energy.
+   Nodes are the local atoms (node i = atom i, they count in the energy)
+   followed by the ghost atoms that some edge touches, as in pair_style torch.
 ------------------------------------------------------------------------- */
 
 #include "pair_torch_kokkos.h"
@@ -112,7 +112,7 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::init_style()
 }
 
 /* ----------------------------------------------------------------------
-   buffers: grow by 1.5x when too small, never shrink; with fixed pads a
+   buffers: grow to 1.5x when too small, never shrink; with fixed pads a
    configuration that does not fit is an error, not a reallocation
 ------------------------------------------------------------------------- */
 
@@ -128,16 +128,22 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::ensure_capacity(in
     edges = pad_edges;
   }
   if (nodes > node_capacity || d_species.extent(0) == 0) {
-    node_capacity = (pad_nodes > 0) ? nodes : std::max(nodes, node_capacity + node_capacity / 2);
+    // 50% headroom over the need and over the old capacity: geometric growth,
+    // and thermal fluctuations of the counts do not reallocate
+    node_capacity =
+        (pad_nodes > 0) ? nodes : std::max(nodes + nodes / 2, node_capacity + node_capacity / 2);
     d_species = Kokkos::View<int64_t *, DeviceType>("torch/kk:species", node_capacity);
     d_node_energy = Kokkos::View<double *, DeviceType>("torch/kk:node_energy", node_capacity);
     d_count = Kokkos::View<int *, DeviceType>("torch/kk:count", node_capacity);
     d_offset = Kokkos::View<int *, DeviceType>("torch/kk:offset", node_capacity + 1);
+    d_node_of = Kokkos::View<int *, DeviceType>("torch/kk:node_of", node_capacity);
+    d_atom_of = Kokkos::View<int *, DeviceType>("torch/kk:atom_of", node_capacity);
     capacity_changes += 1.0;
   }
   if (edges > edge_capacity || d_edge_vec.extent(0) == 0) {
-    edge_capacity =
-        (pad_edges > 0) ? edges : std::max(std::max(edges, 1), edge_capacity + edge_capacity / 2);
+    edge_capacity = (pad_edges > 0)
+        ? edges
+        : std::max(std::max(edges + edges / 2, 16), edge_capacity + edge_capacity / 2);
     d_edge_vec = Kokkos::View<double *[3], Kokkos::LayoutRight, DeviceType>("torch/kk:edge_vec",
                                                                             edge_capacity);
     d_edge_grad = Kokkos::View<double *[3], Kokkos::LayoutRight, DeviceType>("torch/kk:edge_grad",
@@ -189,7 +195,6 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::build_graph_device
   ensure_capacity(nnodes_real, nedges_real);
 
   // the model sees the padded sizes in fixed-capacity mode
-  nnodes_model = (pad_nodes > 0) ? pad_nodes : nnodes_real;
   nedges_model = (pad_edges > 0) ? pad_edges : nedges_real;
   const int64_t second = nedges_model;    // edge_index is [2][nedges_model]
   auto vec = d_edge_vec;
@@ -213,10 +218,44 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::build_graph_device
           ++e;
         }
       });
+  // nodes: every local atom, then the ghost atoms that edges touch, in atom
+  // order (mark, scan, renumber); untouched ghosts cost the model nothing
+  const int nall = nnodes_real;
+  const int nlocal = atom->nlocal;
+  const int nedges = nedges_real;
+  auto node_of = d_node_of;
+  auto atom_of = d_atom_of;
+  Kokkos::parallel_for(
+      "torch/kk:mark_nodes", Kokkos::RangePolicy<DeviceType>(0, nall),
+      KOKKOS_LAMBDA(int i) { node_of(i) = (i < nlocal) ? 1 : 0; });
+  Kokkos::parallel_for(
+      "torch/kk:mark_edge_nodes", Kokkos::RangePolicy<DeviceType>(0, nedges), KOKKOS_LAMBDA(int e) {
+        node_of(index(e)) = 1;
+        node_of(index(second + e)) = 1;
+      });
+  int nnodes = 0;
+  Kokkos::parallel_scan(
+      "torch/kk:number_nodes", Kokkos::RangePolicy<DeviceType>(0, nall),
+      KOKKOS_LAMBDA(int i, int &partial, bool final) {
+        const int used = node_of(i);
+        if (final) {
+          node_of(i) = used ? partial : -1;
+          if (used) atom_of(partial) = i;
+        }
+        partial += used;
+      },
+      nnodes);
+  nnodes_real = nnodes;
+  nnodes_model = (pad_nodes > 0) ? pad_nodes : nnodes_real;
+  Kokkos::parallel_for(
+      "torch/kk:renumber_edges", Kokkos::RangePolicy<DeviceType>(0, nedges), KOKKOS_LAMBDA(int e) {
+        index(e) = node_of(index(e));
+        index(second + e) = node_of(index(second + e));
+      });
   const int nreal = nnodes_real;
   Kokkos::parallel_for(
-      "torch/kk:species", Kokkos::RangePolicy<DeviceType>(0, nnodes_model), KOKKOS_LAMBDA(int i) {
-        sp(i) = (i < nreal) ? t2s(ltype(i)) : 0;
+      "torch/kk:species", Kokkos::RangePolicy<DeviceType>(0, nnodes_model), KOKKOS_LAMBDA(int n) {
+        sp(n) = (n < nreal) ? t2s(ltype(atom_of(n))) : 0;
       });
   if (nedges_model > nedges_real) {
     // padding: edges from the dummy atom to itself, beyond the cutoff; the
@@ -313,10 +352,11 @@ void PairTorchKokkos<DeviceType>::accumulate_device(bool want_virial, double *vs
   const int64_t second = nedges_model;
   const bool per_atom_virial = vflag_atom;
   auto vatom_d = d_vatom;
+  auto atom_of = d_atom_of;
   // forces, and the per-atom virial when asked
   Kokkos::parallel_for(
       "torch/kk:forces", Kokkos::RangePolicy<DeviceType>(0, nedges_real), KOKKOS_LAMBDA(int e) {
-        const int i = index(e), j = index(second + e);
+        const int i = atom_of(index(e)), j = atom_of(index(second + e));
         for (int k = 0; k < 3; ++k) {
           Kokkos::atomic_add(&lf(i, k), grad(e, k));
           Kokkos::atomic_add(&lf(j, k), -grad(e, k));
@@ -357,7 +397,7 @@ void PairTorchKokkos<DeviceType>::accumulate_device(bool want_virial, double *vs
 
 /* ----------------------------------------------------------------------
    for fix torch/finetune: the real (unpadded) graph of the current step in
-   the base class's host buffers, nodes = atoms
+   the base class's host buffers
 ------------------------------------------------------------------------- */
 
 template <class DeviceType> void PairTorchKokkos<DeviceType>::training_graph(MLTorch::GraphInput &in)
@@ -369,6 +409,7 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::training_graph(MLT
   auto h_vec = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), d_edge_vec);
   auto h_index = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), d_edge_index);
   auto h_species = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), d_species);
+  auto h_atom_of = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), d_atom_of);
   const int64_t second = nedges_model;
   edge_vec.resize(3 * nedges_real);
   edge_index.resize(nedges_real);
@@ -382,7 +423,7 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::training_graph(MLT
   node2atom.resize(nnodes_real);
   species.resize(nnodes_real);
   for (int i = 0; i < nnodes_real; ++i) {
-    node2atom[i] = i;
+    node2atom[i] = h_atom_of(i);
     species[i] = h_species(i);
   }
   ncounted = atom->nlocal;

@@ -61,6 +61,7 @@ template <class DeviceType> class PairTorchKokkos : public PairTorch {
   Kokkos::View<int64_t *, DeviceType> d_edge_index, d_species;
   Kokkos::View<double *, DeviceType> d_node_energy;
   Kokkos::View<int *, DeviceType> d_count, d_offset;
+  Kokkos::View<int *, DeviceType> d_node_of, d_atom_of;    // atom <-> graph node
   int node_capacity, edge_capacity;
   int pad_nodes, pad_edges;    // fixed capacities (0 = grow)
   double capacity_changes;     // number of buffer (re)allocations, see extract()
