@@ -151,15 +151,22 @@ static void PrintTo(const GradientCase &c, std::ostream *os)
 
 class Gradient : public ::testing::TestWithParam<GradientCase> {};
 
-static std::vector<double> loss_gradient(MPI_Comm comm, const GradientCase &c, double *loss)
+// the case's configuration and model with a fix training on every step with
+// energy, force and stress terms (SGD: `extra` adds the learning rate etc.);
+// no integrator, so the configuration stays put
+static void gradient_setup(Lammps &l, const GradientCase &c, const std::string &extra)
 {
-  Lammps l(comm);
   l.cmds(silicon(2, 777, c.shape));
   l.cmd("pair_style torch");
   l.cmd("pair_coeff * * " + c.model + " Si");
-  l.cmd("fix ft all torch/finetune 1 " + teacher() +
-        " weights 1.0 10.0 1.0 optimizer sgd lr 1e-12 log 0 check 1");
-  l.cmd("run 1 post no");    // no integrator: the configuration stays put
+  l.cmd("fix ft all torch/finetune 1 " + teacher() + " weights 1.0 10.0 1.0 optimizer sgd log 0 " + extra);
+}
+
+static std::vector<double> loss_gradient(MPI_Comm comm, const GradientCase &c, double *loss)
+{
+  Lammps l(comm);
+  gradient_setup(l, c, "lr 1e-12 check 1");
+  l.cmd("run 1 post no");
   *loss = l.fix()->compute_vector(0);
   EXPECT_EQ(l.fix()->updates(), 1);
   return l.fix()->last_gradient();
@@ -264,11 +271,7 @@ TEST_P(Gradient, ReplayAfterMigrationIsExact)
   const auto &c = GetParam();
   if (c.shape == "triclinic") GTEST_SKIP() << "covered by the orthogonal cases";
   Lammps l(MPI_COMM_WORLD);
-  l.cmds(silicon(2, 777, c.shape));
-  l.cmd("pair_style torch");
-  l.cmd("pair_coeff * * " + c.model + " Si");
-  l.cmd("fix ft all torch/finetune 1 " + teacher() +
-        " weights 1.0 10.0 1.0 optimizer sgd lr 1e-16 log 0 replay 4 1");
+  gradient_setup(l, c, "lr 1e-16 replay 4 1");
   l.cmd("run 1 post no");
   const auto fresh = l.fix()->last_gradient();
   EXPECT_EQ(l.fix()->replay_size(), 1);
