@@ -36,6 +36,7 @@
 #include "lmp_compat.h"
 #include "math_const.h"
 #include "memory.h"
+#include "modify.h"
 #include "neighbor.h"
 #include "pair.h"
 #include "pair_torch.h"
@@ -351,7 +352,7 @@ FixTorchFinetune::~FixTorchFinetune()
 
 int FixTorchFinetune::setmask()
 {
-  return END_OF_STEP;
+  return POST_FORCE;
 }
 
 /* ----------------------------------------------------------------------
@@ -476,37 +477,64 @@ void FixTorchFinetune::universe_check(bool ok, const std::string &message)
    parameters of universe rank 0 everywhere
 ------------------------------------------------------------------------- */
 
-void FixTorchFinetune::check_replicas_consistent()
+void FixTorchFinetune::check_replicas_consistent(bool broadcast)
 {
-  // model file hash, trainable layout and the schedule of reductions
-  std::string mine = fmt::format("{}|{}|{}|{}|{}", student->model_hash(), model_->num_trainable(),
-                                 nevery, accumulate, replay_mix);
+  // everything that decides when a universe-wide collective happens or what
+  // the optimizer does: the model, the settings, the counters and the phase
+  // of the training schedule (collectives of replicas must pair up)
+  std::string mask;
+  for (bool t : model_->trainable()) mask += t ? '1' : '0';
+  std::string mine = fmt::format(
+      "model {} trainable {} | N {} accumulate {} replay {} check {} save {} {} | {} lr {} wd {} "
+      "momentum {} schedule {} {} {} clip {} max_force_error {} rollback {} weights {} {} {} | "
+      "updates {} skipped {} rollbacks {} pending {} phase {}",
+      student->model_hash(), MLTorch::content_hash(mask), nevery, accumulate, replay_mix,
+      check_every, save_every, save_file.empty() ? 0 : 1, opt->kind, opt->lr, opt->weight_decay,
+      opt->momentum, schedule, sched_a, sched_b, clip, max_force_error, rollback_factor, w_energy,
+      w_force, w_stress, nupdates, nskipped, nrollbacks, pending, update->ntimestep % nevery);
   int len = static_cast<int>(mine.size());
   int maxlen = 0;
   MPI_Allreduce(&len, &maxlen, 1, MPI_INT, MPI_MAX, universe->uworld);
   mine.resize(maxlen, ' ');
   std::vector<char> all(static_cast<std::size_t>(maxlen) * universe->nprocs);
   MPI_Allgather(mine.data(), maxlen, MPI_CHAR, all.data(), maxlen, MPI_CHAR, universe->uworld);
-  std::string first(all.data(), maxlen);
+  const std::string first(all.data(), maxlen);
   for (int r = 1; r < universe->nprocs; ++r) {
-    std::string other(all.data() + static_cast<std::size_t>(r) * maxlen, maxlen);
-    if (other != first) {
-      auto a = utils::split_words(first.substr(0, first.find(' ')));
+    const std::string other(all.data() + static_cast<std::size_t>(r) * maxlen, maxlen);
+    if (other != first)
       error->all(FLERR,
-                 "Fix torch/finetune: replicas disagree on the model or training settings "
-                 "(model hash|trainable parameters|N|accumulate|replay mix: '{}' on universe rank 0, "
-                 "'{}' on universe rank {}); every partition must load the same model file and "
-                 "use the same fix settings",
+                 "Fix torch/finetune: replicas disagree on the model, the training settings or "
+                 "the training state ('{}' on universe rank 0, '{}' on universe rank {}); every "
+                 "partition must load the same model file, use the same fix settings and run "
+                 "the same steps",
                  utils::trim(first), utils::trim(other), r);
-    }
   }
-  // parameters and buffers from universe rank 0 (DDP's initial broadcast)
-  std::string state = model_->state_bytes();
-  bigint n = static_cast<bigint>(state.size());
-  MPI_Bcast(&n, 1, MPI_LMP_BIGINT, 0, universe->uworld);
-  state.resize(n);
-  MPI_Bcast(state.data(), static_cast<int>(n), MPI_CHAR, 0, universe->uworld);
-  model_->load_state_bytes(state);
+  if (!broadcast) return;
+
+  // parameters, buffers and optimizer/rollback state of universe rank 0
+  // (DDP's initial broadcast)
+  auto bcast = [&](std::string &bytes) {
+    bigint n = static_cast<bigint>(bytes.size());
+    MPI_Bcast(&n, 1, MPI_LMP_BIGINT, 0, universe->uworld);
+    bytes.resize(n);
+    for (bigint off = 0; off < n; off += (1 << 30)) {
+      const int chunk = static_cast<int>(MIN((bigint) 1 << 30, n - off));
+      MPI_Bcast(&bytes[off], chunk, MPI_CHAR, 0, universe->uworld);
+    }
+  };
+  std::string state = model_->state_bytes(), optim = trainer->state();
+  bcast(state);
+  bcast(optim);
+  bcast(good_params);
+  bcast(good_optimizer);
+  MPI_Bcast(&loss_ema, 1, MPI_DOUBLE, 0, universe->uworld);
+  try {
+    model_->load_state_bytes(state);
+    trainer->load_state(optim);
+  } catch (std::exception &e) {
+    error->one(FLERR, "Fix torch/finetune: cannot take the parameters of universe rank 0: {}",
+               e.what());
+  }
 }
 
 /* ---------------------------------------------------------------------- */
@@ -537,9 +565,26 @@ void FixTorchFinetune::init()
     MLTorchCompat::set_request_cutoff(neighbor, teacher, cut_teacher);
   }
 
-  if (!synced) {
-    check_replicas_consistent();
-    synced = true;
+  // every run: the replicas still agree; the first run also takes the
+  // parameters and optimizer state of universe rank 0
+  check_replicas_consistent(!synced);
+  synced = true;
+
+  // fixes that overwrite forces in post_force must act after this fix,
+  // which adds the updated model's force change to f
+  bool after = false;
+  for (int i = 0; i < modify->nfix; ++i) {
+    if (modify->fix[i] == this) {
+      after = true;
+      continue;
+    }
+    if (after) continue;
+    const std::string style = modify->fix[i]->style;
+    for (const char *s : {"setforce", "aveforce", "freeze", "lineforce", "planeforce", "enforce2d"})
+      if (utils::strmatch(style, std::string("^") + s) && comm->me == 0)
+        error->warning(FLERR, "Fix torch/finetune: fix {} ({}) is defined before it and sets "
+                              "forces; define fix torch/finetune first so that it acts on the "
+                              "forces of the updated model", modify->fix[i]->id, style);
   }
 }
 
@@ -592,8 +637,9 @@ void FixTorchFinetune::teacher_labels(double &e_ref, double *w_ref)
 
 /* ---------------------------------------------------------------------- */
 
-void FixTorchFinetune::end_of_step()
+void FixTorchFinetune::post_force(int /*vflag*/)
 {
+  if (update->ntimestep % nevery) return;
   grow_arrays();
   train_current();
   if (++pending >= accumulate) {

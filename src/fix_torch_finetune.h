@@ -39,7 +39,7 @@ class FixTorchFinetune : public Fix {
   int setmask() override;
   void init() override;
   void setup(int) override;
-  void end_of_step() override;
+  void post_force(int) override;
   void post_run() override;
   double compute_vector(int) override;
   void write_restart(FILE *) override;
@@ -117,7 +117,7 @@ class FixTorchFinetune : public Fix {
 
   void parse_teacher();
   void setup_trainable();
-  void check_replicas_consistent();
+  void check_replicas_consistent(bool broadcast);
   void grow_arrays();
   void teacher_labels(double &e_ref, double *w_ref);
   void train_current();

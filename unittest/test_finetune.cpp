@@ -768,7 +768,7 @@ TEST(ReplicaErrors, DifferentModels)
   } catch (std::exception &e) {
     msg = e.what();
   }
-  EXPECT_NE(msg.find("replicas disagree on the model or training settings"), std::string::npos)
+  EXPECT_NE(msg.find("replicas disagree on the model, the training settings"), std::string::npos)
       << "got: '" << msg << "'";
 }
 
@@ -789,6 +789,28 @@ TEST(ReplicaErrors, DifferentSettings)
     msg = e.what();
   }
   EXPECT_NE(msg.find("replicas disagree"), std::string::npos) << "got: '" << msg << "'";
+}
+
+TEST(ReplicaErrors, DifferentLearningRates)
+{
+  if (nprocs < 2) GTEST_SKIP() << "needs >= 2 MPI ranks";
+  Lammps l(MPI_COMM_WORLD, partitions());
+  std::string lr;
+  for (int w = 0; w < nprocs; ++w) lr += w == 0 ? " 1e-3" : " 2e-3";
+  l.cmd("variable lr world" + lr);
+  l.cmds(silicon(2, 7, "ortho"));
+  l.cmds({"pair_style torch", "pair_coeff * * " + potentials + "/si_local.pt Si",
+          "fix ft all torch/finetune 1 " + teacher() + " lr ${lr} log 0"});
+  std::string msg;
+  try {
+    l.cmd("run 1 post no");
+  } catch (std::exception &e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("replicas disagree on the model, the training settings or the training state"),
+            std::string::npos)
+      << "got: '" << msg << "'";
+  EXPECT_NE(msg.find("lr 0.001"), std::string::npos) << msg;
 }
 
 /* ---------------------------------------------------------------------- */
