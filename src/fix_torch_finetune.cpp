@@ -36,6 +36,7 @@
 #include "lmp_compat.h"
 #include "math_const.h"
 #include "memory.h"
+#include "mltorch_mpi.h"
 #include "modify.h"
 #include "neighbor.h"
 #include "pair.h"
@@ -85,13 +86,6 @@ std::string get_bytes(const char *&p)
   std::string s(p, p + n);
   p += n;
   return s;
-}
-
-std::string join_names(const std::vector<std::string> &names)
-{
-  std::string out;
-  for (const auto &n : names) out += (out.empty() ? "" : " ") + n;
-  return out;
 }
 
 bool starts_with(const std::string &name, const std::string &prefix)
@@ -419,7 +413,7 @@ void FixTorchFinetune::setup_trainable()
       if (starts_with(names[k], pre)) mask[k] = found = true;
     if (!found)
       error->all(FLERR, "Fix torch/finetune train {}: no model parameter is named {} or {}.*; "
-                        "parameters: {}", pre, pre, pre, join_names(names));
+                        "parameters: {}", pre, pre, pre, MLTorchMPI::join_words(names));
   }
   for (const auto &pre : freeze_prefixes) {
     bool found = false;
@@ -430,7 +424,7 @@ void FixTorchFinetune::setup_trainable()
       }
     if (!found)
       error->all(FLERR, "Fix torch/finetune freeze {}: no model parameter is named {} or {}.*; "
-                        "parameters: {}", pre, pre, pre, join_names(names));
+                        "parameters: {}", pre, pre, pre, MLTorchMPI::join_words(names));
   }
   model_->set_trainable(mask);
   const bigint ntrain = model_->num_trainable();
@@ -443,33 +437,12 @@ void FixTorchFinetune::setup_trainable()
   } catch (std::exception &e) {
     error->all(FLERR, "Fix torch/finetune: {}", e.what());
   }
-  trainer_model_hash = student->model_hash();
   good_params.clear();
   if (comm->me == 0)
     utils::logmesg(lmp, "fix torch/finetune: training {} of {} parameters of {} with {} "
                         "(lr {}), every {} steps, {} configuration(s) per update and replica\n",
                    ntrain, model_->num_parameters(), student->model_path(), opt->kind, opt->lr,
                    nevery, accumulate);
-}
-
-/* ----------------------------------------------------------------------
-   stop every rank of every replica with the message of the lowest failing
-   universe rank (replicas wait for each other in reductions: an error on
-   one of them alone would leave the others hanging)
-------------------------------------------------------------------------- */
-
-void FixTorchFinetune::universe_check(bool ok, const std::string &message)
-{
-  int first_bad = ok ? universe->nprocs : universe->me;
-  int bad_rank;
-  MPI_Allreduce(&first_bad, &bad_rank, 1, MPI_INT, MPI_MIN, universe->uworld);
-  if (bad_rank == universe->nprocs) return;
-  int len = (universe->me == bad_rank) ? static_cast<int>(message.size()) : 0;
-  MPI_Bcast(&len, 1, MPI_INT, bad_rank, universe->uworld);
-  std::string text(len, ' ');
-  if (universe->me == bad_rank) text = message;
-  MPI_Bcast(text.data(), len, MPI_CHAR, bad_rank, universe->uworld);
-  error->all(FLERR, text);
 }
 
 /* ----------------------------------------------------------------------
@@ -492,41 +465,22 @@ void FixTorchFinetune::check_replicas_consistent(bool broadcast)
       check_every, save_every, save_file.empty() ? 0 : 1, opt->kind, opt->lr, opt->weight_decay,
       opt->momentum, schedule, sched_a, sched_b, clip, max_force_error, rollback_factor, w_energy,
       w_force, w_stress, nupdates, nskipped, nrollbacks, pending, update->ntimestep % nevery);
-  int len = static_cast<int>(mine.size());
-  int maxlen = 0;
-  MPI_Allreduce(&len, &maxlen, 1, MPI_INT, MPI_MAX, universe->uworld);
-  mine.resize(maxlen, ' ');
-  std::vector<char> all(static_cast<std::size_t>(maxlen) * universe->nprocs);
-  MPI_Allgather(mine.data(), maxlen, MPI_CHAR, all.data(), maxlen, MPI_CHAR, universe->uworld);
-  const std::string first(all.data(), maxlen);
-  for (int r = 1; r < universe->nprocs; ++r) {
-    const std::string other(all.data() + static_cast<std::size_t>(r) * maxlen, maxlen);
-    if (other != first)
-      error->all(FLERR,
-                 "Fix torch/finetune: replicas disagree on the model, the training settings or "
-                 "the training state ('{}' on universe rank 0, '{}' on universe rank {}); every "
-                 "partition must load the same model file, use the same fix settings and run "
-                 "the same steps",
-                 utils::trim(first), utils::trim(other), r);
-  }
+  std::string first, other;
+  const int r = MLTorchMPI::first_differing_rank(mine, universe->uworld, first, other);
+  if (r >= 0)
+    error->all(FLERR,
+               "Fix torch/finetune: replicas disagree on the model, the training settings or "
+               "the training state ('{}' on universe rank 0, '{}' on universe rank {}); every "
+               "partition must load the same model file, use the same fix settings and run "
+               "the same steps",
+               utils::trim(first), utils::trim(other), r);
   if (!broadcast) return;
 
   // parameters, buffers and optimizer/rollback state of universe rank 0
   // (DDP's initial broadcast)
-  auto bcast = [&](std::string &bytes) {
-    bigint n = static_cast<bigint>(bytes.size());
-    MPI_Bcast(&n, 1, MPI_LMP_BIGINT, 0, universe->uworld);
-    bytes.resize(n);
-    for (bigint off = 0; off < n; off += (1 << 30)) {
-      const int chunk = static_cast<int>(MIN((bigint) 1 << 30, n - off));
-      MPI_Bcast(&bytes[off], chunk, MPI_CHAR, 0, universe->uworld);
-    }
-  };
   std::string state = model_->state_bytes(), optim = trainer->state();
-  bcast(state);
-  bcast(optim);
-  bcast(good_params);
-  bcast(good_optimizer);
+  for (std::string *bytes : {&state, &optim, &good_params, &good_optimizer})
+    MLTorchMPI::broadcast_bytes(*bytes, 0, universe->uworld);
   MPI_Bcast(&loss_ema, 1, MPI_DOUBLE, 0, universe->uworld);
   try {
     model_->load_state_bytes(state);
@@ -641,27 +595,28 @@ void FixTorchFinetune::post_force(int /*vflag*/)
 {
   if (update->ntimestep % nevery) return;
   grow_arrays();
-  train_current();
+  // this step's graph, built once; it stays valid through the update
+  MLTorch::GraphInput in;
+  student->training_graph(in);
+  train_current(in);
   if (++pending >= accumulate) {
     const bigint before = nupdates + nrollbacks;
     take_step();
-    if (nupdates + nrollbacks != before) refresh_forces();
+    if (nupdates + nrollbacks != before) refresh_forces(in);
   }
 }
 
 /* ----------------------------------------------------------------------
    after the parameters changed: replace the model's share of this step's
-   MD forces by the new model's, so the next half-kick uses the model a
-   fresh force call (e.g. the set-up of the next run) would give; the
-   trajectory then does not depend on where runs or restarts split it
+   MD forces by the new model's, so the half-kicks use the model a fresh
+   force call (e.g. the set-up of the next run) would give; the trajectory
+   then does not depend on where runs or restarts split it
 ------------------------------------------------------------------------- */
 
-void FixTorchFinetune::refresh_forces()
+void FixTorchFinetune::refresh_forces(const MLTorch::GraphInput &in)
 {
   const int nlocal = atom->nlocal;
   const int nall = nlocal + atom->nghost;
-  MLTorch::GraphInput in;
-  student->training_graph(in);
   const auto &node2atom = student->graph_atoms();
   MLTorch::GraphOutput out;
   try {
@@ -689,14 +644,12 @@ void FixTorchFinetune::refresh_forces()
    one labelled configuration: the current atoms
 ------------------------------------------------------------------------- */
 
-void FixTorchFinetune::train_current()
+void FixTorchFinetune::train_current(const MLTorch::GraphInput &in)
 {
   const int nlocal = atom->nlocal;
   const int nall = nlocal + atom->nghost;
 
   // stage 1: partial forces of this rank's graph
-  MLTorch::GraphInput in;
-  student->training_graph(in);
   const auto &node2atom = student->graph_atoms();
   double e_part = 0.0, w_part[6];
   auto &node_forces = node_buf;
@@ -1066,23 +1019,17 @@ void FixTorchFinetune::take_step()
 
 void FixTorchFinetune::checksum_guard()
 {
-  // 16 hex digits per rank (MPI_CHAR: also in LAMMPS's MPI stubs)
-  std::string hex = MLTorch::content_hash(model_->state_bytes());
-  std::vector<char> all(16 * static_cast<std::size_t>(universe->nprocs));
-  MPI_Allgather(hex.data(), 16, MPI_CHAR, all.data(), 16, MPI_CHAR, universe->uworld);
+  std::string first, other;
+  const int r = MLTorchMPI::first_differing_rank(MLTorch::content_hash(model_->state_bytes()),
+                                                 universe->uworld, first, other);
   ++nchecks;
-  const std::string first(all.data(), 16);
-  for (int r = 0; r < universe->nprocs; ++r) {
-    const std::string other(all.data() + 16 * static_cast<std::size_t>(r), 16);
-    if (other != first) {
-      // the same gathered data on every rank: all of them stop here together
-      error->all(FLERR,
-                 "Fix torch/finetune: model parameters differ between ranks/replicas after "
-                 "update {} (checksum {} on universe rank 0, {} on universe rank {}); "
-                 "replicas must run the same number of steps with the same fix settings",
-                 nupdates, first, other, r);
-    }
-  }
+  // the same gathered data on every rank: all of them stop here together
+  if (r >= 0)
+    error->all(FLERR,
+               "Fix torch/finetune: model parameters differ between ranks/replicas after "
+               "update {} (checksum {} on universe rank 0, {} on universe rank {}); "
+               "replicas must run the same number of steps with the same fix settings",
+               nupdates, first, other, r);
 }
 
 /* ----------------------------------------------------------------------
@@ -1107,7 +1054,9 @@ void FixTorchFinetune::save_model(const std::string &path)
       message = fmt::format("Fix torch/finetune: cannot save the model: {}", e.what());
     }
   }
-  universe_check(ok, message);
+  // replicas wait for each other in reductions: an error on one of them
+  // alone would leave the others hanging
+  MLTorchMPI::stop_collectively(error, universe->uworld, ok, message);
   if (comm->me == 0 && log_every > 0)
     utils::logmesg(lmp, "fix torch/finetune: saved model after {} updates to {}\n", nupdates, path);
 }

@@ -82,14 +82,12 @@ class FixTorchFinetune : public Fix {
   MLTorch::Model *model_;
   int model_serial;    // the student's model_serial() when the fix was defined
   std::unique_ptr<MLTorch::Trainer> trainer;
-  std::string trainer_model_hash;
   class Pair *teacher;
   bool synced;
   int pending;    // configurations accumulated since the last update
   bigint nupdates, nskipped, nrollbacks, nchecks, nconfigs;
   double loss_ema;
   std::string good_params, good_optimizer;    // last parameters with an acceptable loss
-  std::string pending_restart_optimizer;
 
   // statistics of the configurations accumulated since the last update,
   // this replica only (identical on its ranks)
@@ -120,16 +118,15 @@ class FixTorchFinetune : public Fix {
   void check_replicas_consistent(bool broadcast);
   void grow_arrays();
   void teacher_labels(double &e_ref, double *w_ref);
-  void train_current();
+  void train_current(const MLTorch::GraphInput &in);
   void train_replay(Replay &r);
   void store_replay(const MLTorch::GraphInput &in, double e_ref, const double *w_ref,
                     double natoms);
   void take_step();
-  void refresh_forces();
+  void refresh_forces(const MLTorch::GraphInput &in);
   double learning_rate() const;
   void checksum_guard();
   void save_model(const std::string &path);
-  void universe_check(bool ok, const std::string &message);
 };
 
 }    // namespace LAMMPS_NS

@@ -15,6 +15,7 @@
 #include "force.h"
 #include "lmp_compat.h"
 #include "memory.h"
+#include "mltorch_mpi.h"
 #include "neigh_list.h"
 #include "neighbor.h"
 #include "update.h"
@@ -29,15 +30,7 @@
 
 using namespace LAMMPS_NS;
 
-static constexpr bigint BCAST_CHUNK = 1 << 30;
-
-// space-separated list for messages (utils::join is not in every supported LAMMPS)
-template <typename T> static std::string join_words(const std::vector<T> &items)
-{
-  std::string out;
-  for (const auto &item : items) out += (out.empty() ? "" : " ") + fmt::format("{}", item);
-  return out;
-}
+using MLTorchMPI::join_words;
 
 /* ---------------------------------------------------------------------- */
 
@@ -113,17 +106,7 @@ void PairTorch::settings(int narg, char **arg)
 
 void PairTorch::collective_check(bool ok, const std::string &message)
 {
-  int first_bad = ok ? comm->nprocs : comm->me;
-  int bad_rank;
-  MPI_Allreduce(&first_bad, &bad_rank, 1, MPI_INT, MPI_MIN, world);
-  if (bad_rank == comm->nprocs) return;
-  int len = (comm->me == bad_rank) ? static_cast<int>(message.size()) : 0;
-  MPI_Bcast(&len, 1, MPI_INT, bad_rank, world);
-  std::string text(len, ' ');
-  if (comm->me == bad_rank) text = message;
-  MPI_Bcast(text.data(), len, MPI_CHAR, bad_rank, world);
-  if (comm->nprocs > 1 && bad_rank > 0) text += fmt::format(" (on MPI rank {})", bad_rank);
-  error->all(FLERR, text);
+  MLTorchMPI::stop_collectively(error, world, ok, message);
 }
 
 /* ----------------------------------------------------------------------
@@ -160,17 +143,8 @@ void PairTorch::coeff(int narg, char **arg)
     }
   }
   collective_check(ok, message);
-  int len = static_cast<int>(model_file.size());
-  MPI_Bcast(&len, 1, MPI_INT, 0, world);
-  model_file.resize(len);
-  MPI_Bcast(model_file.data(), len, MPI_CHAR, 0, world);
-  bigint nbytes = static_cast<bigint>(bytes.size());
-  MPI_Bcast(&nbytes, 1, MPI_LMP_BIGINT, 0, world);
-  bytes.resize(nbytes);
-  for (bigint off = 0; off < nbytes; off += BCAST_CHUNK) {
-    const int chunk = static_cast<int>(MIN(BCAST_CHUNK, nbytes - off));
-    MPI_Bcast(bytes.data() + off, chunk, MPI_CHAR, 0, world);
-  }
+  MLTorchMPI::broadcast_bytes(model_file, 0, world);
+  MLTorchMPI::broadcast_bytes(bytes, 0, world);
 
   std::unique_ptr<MLTorch::Model> loaded;
   try {

@@ -252,32 +252,10 @@ static ForwardPass run_forward(torch::jit::Module &module, const GraphInput &in,
 
 void Model::evaluate(const GraphInput &in, GraphOutput &out, bool want_node_energy) const
 {
-  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
-  auto fp = run_forward(impl->module, in, impl->device, impl->dtype, impl->source);
-  auto &edge_vec = fp.edge_vec;
-  auto &local_energy = fp.local_energy;
-  auto total = local_energy.sum();
-
-  torch::Tensor grad;
-  if (total.requires_grad() && in.n_edges > 0) {
-    auto g = torch::autograd::grad({total}, {edge_vec}, {}, /*retain_graph=*/false,
-                                   /*create_graph=*/false, /*allow_unused=*/true);
-    grad = g[0];
-  }
-  if (!grad.defined()) grad = torch::zeros({in.n_edges, 3}, f64);
-
-  auto grad_host = grad.detach().to(torch::kCPU, torch::kFloat64).contiguous();
   out.edge_grad.resize(3 * in.n_edges);
-  if (in.n_edges > 0)
-    std::memcpy(out.edge_grad.data(), grad_host.data_ptr<double>(), sizeof(double) * 3 * in.n_edges);
-
-  // accumulate the energy in double whatever the model's dtype
-  auto e_host = local_energy.detach().to(torch::kCPU, torch::kFloat64).contiguous();
-  const double *e = e_host.data_ptr<double>();
-  double sum = 0.0;
-  for (int64_t i = 0; i < in.n_local; ++i) sum += e[i];
-  out.energy = sum;
-  if (want_node_energy) out.node_energy.assign(e, e + in.n_local);
+  if (want_node_energy) out.node_energy.resize(in.n_local);
+  out.energy =
+      evaluate_into(in, out.edge_grad.data(), want_node_energy ? out.node_energy.data() : nullptr);
 }
 
 double Model::evaluate_into(const GraphInput &in, double *edge_grad, double *node_energy) const
@@ -299,7 +277,13 @@ double Model::evaluate_into(const GraphInput &in, double *edge_grad, double *nod
   }
   if (node_energy && in.n_local > 0)
     torch::from_blob(node_energy, {in.n_local}, out_opts).copy_(fp.local_energy.detach());
-  return fp.local_energy.detach().to(torch::kFloat64).sum().item<double>();
+
+  // accumulate the energy in double whatever the model's dtype, atom by atom
+  auto e_host = fp.local_energy.detach().to(torch::kCPU, torch::kFloat64).contiguous();
+  const double *e = e_host.data_ptr<double>();
+  double sum = 0.0;
+  for (int64_t i = 0; i < in.n_local; ++i) sum += e[i];
+  return sum;
 }
 
 /* ---------------------------------------------------------------------- */
