@@ -752,22 +752,31 @@ TEST_F(FinetuneErrors, RestartWithOtherModel)
 
 /* ---------------------------------------------------------------------- */
 
-TEST(ReplicaErrors, DifferentModels)
+// the ERROR of a one-step run in which partition 0 sets ${v} to `first` and
+// the other partitions to `other` ("" if there is none)
+static std::string replica_error(const std::string &first, const std::string &other,
+                                 const std::string &model, const std::string &fix_args)
 {
-  if (nprocs < 2) GTEST_SKIP() << "needs >= 2 MPI ranks";
   Lammps l(MPI_COMM_WORLD, partitions());
-  std::string models;
-  for (int w = 0; w < nprocs; ++w) models += " " + (w == 0 ? potentials + "/si_local.pt" : student);
-  l.cmd("variable model world" + models);
+  std::string values;
+  for (int w = 0; w < nprocs; ++w) values += " " + (w == 0 ? first : other);
+  l.cmd("variable v world" + values);
   l.cmds(silicon(2, 7, "ortho"));
-  l.cmds({"pair_style torch", "pair_coeff * * ${model} Si",
-          "fix ft all torch/finetune 1 " + teacher() + " log 0"});
-  std::string msg;
+  l.cmds({"pair_style torch", "pair_coeff * * " + model + " Si",
+          "fix ft all torch/finetune " + fix_args});
   try {
     l.cmd("run 1 post no");
   } catch (std::exception &e) {
-    msg = e.what();
+    return e.what();
   }
+  return "";
+}
+
+TEST(ReplicaErrors, DifferentModels)
+{
+  if (nprocs < 2) GTEST_SKIP() << "needs >= 2 MPI ranks";
+  const std::string msg =
+      replica_error(potentials + "/si_local.pt", student, "${v}", "1 " + teacher() + " log 0");
   EXPECT_NE(msg.find("replicas disagree on the model, the training settings"), std::string::npos)
       << "got: '" << msg << "'";
 }
@@ -775,38 +784,16 @@ TEST(ReplicaErrors, DifferentModels)
 TEST(ReplicaErrors, DifferentSettings)
 {
   if (nprocs < 2) GTEST_SKIP() << "needs >= 2 MPI ranks";
-  Lammps l(MPI_COMM_WORLD, partitions());
-  std::string every;
-  for (int w = 0; w < nprocs; ++w) every += w == 0 ? " 1" : " 2";
-  l.cmd("variable every world" + every);
-  l.cmds(silicon(2, 7, "ortho"));
-  l.cmds({"pair_style torch", "pair_coeff * * " + potentials + "/si_local.pt Si",
-          "fix ft all torch/finetune ${every} " + teacher() + " log 0"});
-  std::string msg;
-  try {
-    l.cmd("run 1 post no");
-  } catch (std::exception &e) {
-    msg = e.what();
-  }
+  const std::string msg =
+      replica_error("1", "2", potentials + "/si_local.pt", "${v} " + teacher() + " log 0");
   EXPECT_NE(msg.find("replicas disagree"), std::string::npos) << "got: '" << msg << "'";
 }
 
 TEST(ReplicaErrors, DifferentLearningRates)
 {
   if (nprocs < 2) GTEST_SKIP() << "needs >= 2 MPI ranks";
-  Lammps l(MPI_COMM_WORLD, partitions());
-  std::string lr;
-  for (int w = 0; w < nprocs; ++w) lr += w == 0 ? " 1e-3" : " 2e-3";
-  l.cmd("variable lr world" + lr);
-  l.cmds(silicon(2, 7, "ortho"));
-  l.cmds({"pair_style torch", "pair_coeff * * " + potentials + "/si_local.pt Si",
-          "fix ft all torch/finetune 1 " + teacher() + " lr ${lr} log 0"});
-  std::string msg;
-  try {
-    l.cmd("run 1 post no");
-  } catch (std::exception &e) {
-    msg = e.what();
-  }
+  const std::string msg = replica_error("1e-3", "2e-3", potentials + "/si_local.pt",
+                                        "1 " + teacher() + " lr ${v} log 0");
   EXPECT_NE(msg.find("replicas disagree on the model, the training settings or the training state"),
             std::string::npos)
       << "got: '" << msg << "'";
