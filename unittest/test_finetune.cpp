@@ -22,6 +22,7 @@
 #include "pair.h"
 #include "reference_graph.h"
 
+#include "lammps_session.h"
 #include "mpi_test_main.h"
 
 #include <gtest/gtest.h>
@@ -43,28 +44,16 @@ static const std::string student = ML_TORCH_EXAMPLES_DIR "/finetune/si_student.p
 static int me = 0, nprocs = 1;
 static bool verbose = false;
 
-class Lammps {
+class Lammps : public LammpsSession {
  public:
-  explicit Lammps(MPI_Comm comm = MPI_COMM_WORLD, const std::vector<std::string> &extra = {})
+  explicit Lammps(MPI_Comm comm = MPI_COMM_WORLD, const std::vector<std::string> &extra = {}) :
+      LammpsSession(comm, extra, verbose)
   {
-    std::vector<std::string> args{"lmp", "-log", "none", "-echo", "none", "-nocite"};
-    if (!verbose) args.insert(args.end(), {"-screen", "none"});
-    args.insert(args.end(), extra.begin(), extra.end());
-    std::vector<char *> argv;
-    for (auto &a : args) argv.push_back(a.data());
-    lmp = new LAMMPS(static_cast<int>(argv.size()), argv.data(), comm);
-  }
-  ~Lammps() { delete lmp; }
-  void cmd(const std::string &line) { lmp->input->one(line); }
-  void cmds(const std::vector<std::string> &lines)
-  {
-    for (const auto &l : lines) cmd(l);
   }
   FixTorchFinetune *fix(const char *id = "ft")
   {
     return dynamic_cast<FixTorchFinetune *>(lmp->modify->get_fix_by_id(id));
   }
-  double thermo(const char *key) { return lammps_get_thermo(lmp, key); }
   // the model's parameters and buffers (float64 models) as doubles
   std::vector<double> params()
   {
@@ -73,7 +62,6 @@ class Lammps {
     std::memcpy(v.data(), s.data(), s.size());
     return v;
   }
-  LAMMPS *lmp;
 };
 
 // one partition per MPI rank

@@ -14,6 +14,7 @@
 #include "model.h"
 #include "reference_graph.h"
 
+#include "lammps_session.h"
 #include "mpi_test_main.h"
 
 #include <gtest/gtest.h>
@@ -37,38 +38,17 @@ struct Snapshot {
   std::vector<double> f, x, peatom, satom, csatom, sums;
 };
 
-class Lammps {
+class Lammps : public LammpsSession {
  public:
-  explicit Lammps(const std::vector<std::string> &extra_args = {})
+  explicit Lammps(const std::vector<std::string> &extra_args = {}) :
+      LammpsSession(MPI_COMM_WORLD, extra_args, verbose)
   {
-    std::vector<std::string> args{"lmp", "-log", "none", "-echo", "none", "-nocite"};
-    if (!verbose) args.insert(args.end(), {"-screen", "none"});
-    args.insert(args.end(), extra_args.begin(), extra_args.end());
-    std::vector<char *> argv;
-    for (auto &a : args) argv.push_back(a.data());
-    lmp = new LAMMPS(static_cast<int>(argv.size()), argv.data(), MPI_COMM_WORLD);
-  }
-  ~Lammps() { delete lmp; }
-  void cmd(const std::string &line) { lmp->input->one(line); }
-  void cmds(const std::vector<std::string> &lines)
-  {
-    for (const auto &l : lines) cmd(l);
-  }
-  std::vector<double> gather(const char *name, int count)
-  {
-    std::vector<double> data(natoms() * count);
-    lammps_gather(lmp, name, 1, count, data.data());
-    return data;
   }
   std::vector<double> compute_vector(const char *id, int n)
   {
     auto *v = static_cast<double *>(lammps_extract_compute(lmp, id, LMP_STYLE_GLOBAL, LMP_TYPE_VECTOR));
     return v ? std::vector<double>(v, v + n) : std::vector<double>();
   }
-  std::size_t natoms() const { return static_cast<std::size_t>(lammps_get_natoms(lmp)); }
-  double thermo(const char *key) { return lammps_get_thermo(lmp, key); }
-
-  LAMMPS *lmp;
 };
 
 /* ---------------------------------------------------------------------- */

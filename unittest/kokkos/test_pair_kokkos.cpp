@@ -12,6 +12,7 @@
 #include "modify.h"
 #include "pair.h"
 
+#include "../lammps_session.h"
 #include "../mpi_test_main.h"
 
 #include <gtest/gtest.h>
@@ -29,37 +30,22 @@ static const std::string potentials = ML_TORCH_POTENTIALS_DIR;
 static const std::string lammps_potentials = ML_TORCH_LAMMPS_POTENTIALS_DIR;
 static int me = 0, nprocs = 1;
 
-class Lammps {
+// with `kokkos`: -k on -sf kk, so pair_style torch becomes torch/kk
+class Lammps : public LammpsSession {
  public:
-  explicit Lammps(bool kokkos)
+  explicit Lammps(bool kokkos) :
+      LammpsSession(MPI_COMM_WORLD,
+                    kokkos ? std::vector<std::string>{"-k", "on", "-sf", "kk"}
+                           : std::vector<std::string>{},
+                    false)
   {
-    std::vector<std::string> args{"lmp", "-log", "none", "-echo", "none", "-nocite", "-screen", "none"};
-    if (kokkos) args.insert(args.end(), {"-k", "on", "-sf", "kk"});
-    std::vector<char *> argv;
-    for (auto &a : args) argv.push_back(a.data());
-    lmp = new LAMMPS(static_cast<int>(argv.size()), argv.data(), MPI_COMM_WORLD);
   }
-  ~Lammps() { delete lmp; }
-  void cmd(const std::string &line) { lmp->input->one(line); }
-  void cmds(const std::vector<std::string> &lines)
-  {
-    for (const auto &l : lines) cmd(l);
-  }
-  std::vector<double> gather(const char *name, int count)
-  {
-    std::vector<double> data(static_cast<std::size_t>(lammps_get_natoms(lmp)) * count);
-    std::string n = name;
-    lammps_gather(lmp, n.data(), 1, count, data.data());
-    return data;
-  }
-  double thermo(const char *key) { return lammps_get_thermo(lmp, key); }
   double capacity_changes()
   {
     int dim = 0;
     auto *p = static_cast<double *>(lmp->force->pair->extract("capacity_changes", dim));
     return p ? *p : -1.0;
   }
-  LAMMPS *lmp;
 };
 
 struct Snapshot {
