@@ -46,14 +46,15 @@ template <class DeviceType>
 PairTorchKokkos<DeviceType>::PairTorchKokkos(LAMMPS *lmp) :
     PairTorch(lmp), node_capacity(0), edge_capacity(0), pad_nodes(0), pad_edges(0),
     capacity_changes(0.0), nnodes_real(0), nedges_real(0), nnodes_model(0), nedges_model(0),
-    ncentres(0)
+    ncentres(0), device_given(false)
 {
   respa_enable = 0;
   kokkosable = 1;
   atomKK = (AtomKokkos *) atom;
   execution_space = ExecutionSpaceFromDevice<DeviceType>::space;
-  datamask_read = X_MASK | F_MASK | TYPE_MASK | ENERGY_MASK | VIRIAL_MASK;
-  datamask_modify = F_MASK | ENERGY_MASK | VIRIAL_MASK;
+  // the per-atom arrays compute() reads and writes
+  datamask_read = X_MASK | F_MASK | TYPE_MASK;
+  datamask_modify = F_MASK;
 }
 
 template <class DeviceType> PairTorchKokkos<DeviceType>::~PairTorchKokkos()
@@ -72,30 +73,50 @@ template <class DeviceType> PairTorchKokkos<DeviceType>::~PairTorchKokkos()
 template <class DeviceType> void PairTorchKokkos<DeviceType>::settings(int narg, char **arg)
 {
   std::vector<char *> rest;
+  pad_nodes = pad_edges = 0;
+  device_given = false;
   for (int i = 0; i < narg; ++i) {
     if (strcmp(arg[i], "pad") == 0) {
       if (i + 3 > narg) MLTorchCompat::missing_args(FLERR, "pair_style torch/kk pad", error);
-      pad_nodes = utils::inumeric(FLERR, arg[i + 1], false, lmp);
-      pad_edges = utils::inumeric(FLERR, arg[i + 2], false, lmp);
+      pad_nodes = utils::bnumeric(FLERR, arg[i + 1], false, lmp);
+      pad_edges = utils::bnumeric(FLERR, arg[i + 2], false, lmp);
       if (pad_nodes < 2 || pad_edges < 1)
         error->all(FLERR, "Illegal pair_style torch/kk pad {} {}: need at least 2 atoms and 1 edge",
                    pad_nodes, pad_edges);
       i += 2;
     } else {
+      if (strcmp(arg[i], "device") == 0) device_given = true;
       rest.push_back(arg[i]);
     }
   }
   PairTorch::settings(static_cast<int>(rest.size()), rest.data());
-  // a CUDA execution space hands CUDA pointers to the model
-  if (execution_space == Device && !std::is_same<DeviceType, LMPHostType>::value &&
-      device_name == "cpu")
-    device_name = "cuda";
+  // On a device execution space the graph buffers are device memory, so the
+  // model runs on the GPU Kokkos uses (LAMMPS maps ranks to GPUs with
+  // -k on g N). An explicit other device cannot work without host copies:
+  // refuse it rather than silently replace it.
+  const bool device_space = !std::is_same<typename DeviceType::memory_space, Kokkos::HostSpace>::value;
+  if (device_space) {
+    const std::string kokkos_device = MLTorchCompat::kokkos_torch_device<DeviceType>();
+    if (device_given && device_name != kokkos_device && device_name != "cuda")
+      error->all(FLERR,
+                 "Pair style torch/kk on the Kokkos device runs the model where the atoms are "
+                 "({}); 'device {}' is not possible here. Use pair_style torch/kk/host or "
+                 "pair_style torch for a model on another device",
+                 kokkos_device, device_name);
+    device_name = kokkos_device;
+  }
 }
 
 /* ---------------------------------------------------------------------- */
 
 template <class DeviceType> void PairTorchKokkos<DeviceType>::init_style()
 {
+  // KOKKOS's default on GPUs is newton off with half lists; the model contract
+  // needs ghost forces summed back to their owners
+  if (force->newton_pair == 0)
+    error->all(FLERR, "Pair style torch/kk requires newton pair on: run with "
+                      "'-pk kokkos newton on neigh full' (KOKKOS sets newton off on GPUs by "
+                      "default) or use 'package kokkos newton on neigh full' in the input");
   PairTorch::init_style();
   MLTorchCompat::kokkos_request<DeviceType>(neighbor, this);
 
@@ -116,34 +137,45 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::init_style()
    configuration that does not fit is an error, not a reallocation
 ------------------------------------------------------------------------- */
 
-template <class DeviceType> void PairTorchKokkos<DeviceType>::ensure_capacity(int nodes, int edges)
+template <class DeviceType>
+void PairTorchKokkos<DeviceType>::ensure_capacity(int64_t nodes, int64_t edges)
 {
   if (pad_nodes > 0) {
-    if (nodes + 1 > pad_nodes || edges > pad_edges)
-      error->one(FLERR,
-                 "Pair style torch/kk: {} atoms and {} edges on this rank do not fit the fixed "
-                 "capacity 'pad {} {}' (one slot is the dummy atom); raise the pad values",
-                 nodes, edges, pad_nodes, pad_edges);
+    // fixed shapes; a configuration that outgrows them gets larger fixed
+    // shapes (with headroom) and a warning, rather than a stopped run
+    if (nodes + 1 > pad_nodes || edges > pad_edges) {
+      const int64_t new_nodes = std::max(pad_nodes, nodes + 1 + (nodes + 1) / 4);
+      const int64_t new_edges = std::max(pad_edges, edges + edges / 4);
+      error->warning(FLERR,
+                     "Pair style torch/kk: {} atoms and {} edges on rank {} at step {} do not fit "
+                     "'pad {} {}' (one slot is the dummy atom); padding grows to {} {} on this "
+                     "rank. Raise the pad values to keep the shapes fixed",
+                     nodes, edges, comm->me, update->ntimestep, pad_nodes, pad_edges, new_nodes,
+                     new_edges);
+      pad_nodes = new_nodes;
+      pad_edges = new_edges;
+    }
     nodes = pad_nodes;
     edges = pad_edges;
   }
-  if (nodes > node_capacity || d_species.extent(0) == 0) {
+  if (nodes > node_capacity || node_capacity == 0) {
     // 50% headroom over the need and over the old capacity: geometric growth,
     // and thermal fluctuations of the counts do not reallocate
-    node_capacity =
-        (pad_nodes > 0) ? nodes : std::max(nodes + nodes / 2, node_capacity + node_capacity / 2);
+    node_capacity = (pad_nodes > 0)
+        ? nodes
+        : std::max({nodes + nodes / 2, node_capacity + node_capacity / 2, MIN_CAPACITY});
     d_species = Kokkos::View<int64_t *, DeviceType>("torch/kk:species", node_capacity);
     d_node_energy = Kokkos::View<double *, DeviceType>("torch/kk:node_energy", node_capacity);
-    d_count = Kokkos::View<int *, DeviceType>("torch/kk:count", node_capacity);
-    d_offset = Kokkos::View<int *, DeviceType>("torch/kk:offset", node_capacity + 1);
+    d_count = Kokkos::View<int64_t *, DeviceType>("torch/kk:count", node_capacity);
+    d_offset = Kokkos::View<int64_t *, DeviceType>("torch/kk:offset", node_capacity + 1);
     d_node_of = Kokkos::View<int *, DeviceType>("torch/kk:node_of", node_capacity);
     d_atom_of = Kokkos::View<int *, DeviceType>("torch/kk:atom_of", node_capacity);
     capacity_changes += 1.0;
   }
-  if (edges > edge_capacity || d_edge_vec.extent(0) == 0) {
+  if (edges > edge_capacity || edge_capacity == 0) {
     edge_capacity = (pad_edges > 0)
         ? edges
-        : std::max(std::max(edges + edges / 2, 16), edge_capacity + edge_capacity / 2);
+        : std::max({edges + edges / 2, edge_capacity + edge_capacity / 2, MIN_CAPACITY});
     d_edge_vec = Kokkos::View<double *[3], Kokkos::LayoutRight, DeviceType>("torch/kk:edge_vec",
                                                                             edge_capacity);
     d_edge_grad = Kokkos::View<double *[3], Kokkos::LayoutRight, DeviceType>("torch/kk:edge_grad",
@@ -174,7 +206,7 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::build_graph_device
   Kokkos::parallel_for(
       "torch/kk:count_edges", Kokkos::RangePolicy<DeviceType>(0, ncentres), KOKKOS_LAMBDA(int ii) {
         const int i = d_ilist(ii);
-        int n = 0;
+        int64_t n = 0;
         for (int jj = 0; jj < d_numneigh(i); ++jj) {
           const int j = d_neighbors(i, jj) & NEIGHMASK;
           const double dx = lx(j, 0) - lx(i, 0), dy = lx(j, 1) - lx(i, 1), dz = lx(j, 2) - lx(i, 2);
@@ -183,10 +215,10 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::build_graph_device
         count(ii) = n;
       });
   auto offset = d_offset;
-  int total = 0;
+  int64_t total = 0;
   Kokkos::parallel_scan(
       "torch/kk:scan_edges", Kokkos::RangePolicy<DeviceType>(0, ncentres),
-      KOKKOS_LAMBDA(int ii, int &partial, bool final) {
+      KOKKOS_LAMBDA(int ii, int64_t &partial, bool final) {
         if (final) offset(ii) = partial;
         partial += count(ii);
       },
@@ -205,7 +237,7 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::build_graph_device
   Kokkos::parallel_for(
       "torch/kk:fill_edges", Kokkos::RangePolicy<DeviceType>(0, ncentres), KOKKOS_LAMBDA(int ii) {
         const int i = d_ilist(ii);
-        int e = offset(ii);
+        int64_t e = offset(ii);
         for (int jj = 0; jj < d_numneigh(i); ++jj) {
           const int j = d_neighbors(i, jj) & NEIGHMASK;
           const double dx = lx(j, 0) - lx(i, 0), dy = lx(j, 1) - lx(i, 1), dz = lx(j, 2) - lx(i, 2);
@@ -220,16 +252,17 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::build_graph_device
       });
   // nodes: every local atom, then the ghost atoms that edges touch, in atom
   // order (mark, scan, renumber); untouched ghosts cost the model nothing
-  const int nall = nnodes_real;
+  const int nall = static_cast<int>(nnodes_real);
   const int nlocal = atom->nlocal;
-  const int nedges = nedges_real;
+  const int64_t nedges = nedges_real;
   auto node_of = d_node_of;
   auto atom_of = d_atom_of;
   Kokkos::parallel_for(
       "torch/kk:mark_nodes", Kokkos::RangePolicy<DeviceType>(0, nall),
       KOKKOS_LAMBDA(int i) { node_of(i) = (i < nlocal) ? 1 : 0; });
   Kokkos::parallel_for(
-      "torch/kk:mark_edge_nodes", Kokkos::RangePolicy<DeviceType>(0, nedges), KOKKOS_LAMBDA(int e) {
+      "torch/kk:mark_edge_nodes", Kokkos::RangePolicy<DeviceType, Kokkos::IndexType<int64_t>>(0, nedges),
+      KOKKOS_LAMBDA(int64_t e) {
         node_of(index(e)) = 1;
         node_of(index(second + e)) = 1;
       });
@@ -248,13 +281,15 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::build_graph_device
   nnodes_real = nnodes;
   nnodes_model = (pad_nodes > 0) ? pad_nodes : nnodes_real;
   Kokkos::parallel_for(
-      "torch/kk:renumber_edges", Kokkos::RangePolicy<DeviceType>(0, nedges), KOKKOS_LAMBDA(int e) {
+      "torch/kk:renumber_edges", Kokkos::RangePolicy<DeviceType, Kokkos::IndexType<int64_t>>(0, nedges),
+      KOKKOS_LAMBDA(int64_t e) {
         index(e) = node_of(index(e));
         index(second + e) = node_of(index(second + e));
       });
-  const int nreal = nnodes_real;
+  const int64_t nreal = nnodes_real;
   Kokkos::parallel_for(
-      "torch/kk:species", Kokkos::RangePolicy<DeviceType>(0, nnodes_model), KOKKOS_LAMBDA(int n) {
+      "torch/kk:species", Kokkos::RangePolicy<DeviceType, Kokkos::IndexType<int64_t>>(0, nnodes_model),
+      KOKKOS_LAMBDA(int64_t n) {
         sp(n) = (n < nreal) ? t2s(ltype(atom_of(n))) : 0;
       });
   if (nedges_model > nedges_real) {
@@ -263,8 +298,9 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::build_graph_device
     const int64_t dummy = nnodes_real;
     const double far = 2.0 * cutoff;
     Kokkos::parallel_for(
-        "torch/kk:pad_edges", Kokkos::RangePolicy<DeviceType>(nedges_real, nedges_model),
-        KOKKOS_LAMBDA(int e) {
+        "torch/kk:pad_edges",
+        Kokkos::RangePolicy<DeviceType, Kokkos::IndexType<int64_t>>(nedges_real, nedges_model),
+        KOKKOS_LAMBDA(int64_t e) {
           vec(e, 0) = far;
           vec(e, 1) = 0.0;
           vec(e, 2) = 0.0;
@@ -317,6 +353,10 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::compute(int eflag_
   in.edge_index = d_edge_index.data();
   in.species = d_species.data();
   in.on_model_device = !std::is_same<typename DeviceType::memory_space, Kokkos::HostSpace>::value;
+  // LibTorch reads the buffers on its own stream: the kernels that fill them
+  // must be finished, whatever streams the two libraries use. evaluate_into
+  // returns after the model's work on the device is complete.
+  typename DeviceType::execution_space().fence("torch/kk: graph ready for LibTorch");
   double energy = 0.0;
   try {
     energy = model_->evaluate_into(in, d_edge_grad.data(), eflag_atom ? d_node_energy.data() : nullptr);
@@ -325,10 +365,12 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::compute(int eflag_
   }
 
   double vsum[6] = {0, 0, 0, 0, 0, 0};
-  accumulate_device(vflag_global, vsum);
-  if (!std::isfinite(energy) || !std::isfinite(vsum[0] + vsum[1] + vsum[2]))
-    error->one(FLERR, "Pair style torch/kk: model {} returned a non-finite energy or force on step {}",
-               model_file, update->ntimestep);
+  const int64_t nonfinite = accumulate_device(vflag_global, vsum);
+  if (nonfinite > 0 || !std::isfinite(energy))
+    error->one(FLERR,
+               "Pair style torch/kk: model {} returned a non-finite energy or force on step {} "
+               "({} non-finite edge gradient component(s) on rank {})",
+               model_file, update->ntimestep, nonfinite, comm->me);
   if (eflag_global) eng_vdwl += energy;
   if (vflag_global)
     for (int k = 0; k < 6; ++k) virial[k] += vsum[k];
@@ -343,7 +385,7 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::compute(int eflag_
 ------------------------------------------------------------------------- */
 
 template <class DeviceType>
-void PairTorchKokkos<DeviceType>::accumulate_device(bool want_virial, double *vsum)
+int64_t PairTorchKokkos<DeviceType>::accumulate_device(bool want_virial, double *vsum)
 {
   auto lf = f;
   auto vec = d_edge_vec;
@@ -353,29 +395,35 @@ void PairTorchKokkos<DeviceType>::accumulate_device(bool want_virial, double *vs
   const bool per_atom_virial = vflag_atom;
   auto vatom_d = d_vatom;
   auto atom_of = d_atom_of;
-  // forces, and the per-atom virial when asked
-  Kokkos::parallel_for(
-      "torch/kk:forces", Kokkos::RangePolicy<DeviceType>(0, nedges_real), KOKKOS_LAMBDA(int e) {
+  // forces, and the per-atom virial when asked; counts non-finite gradients
+  // (a model far outside its training data), checked every step as on the CPU
+  using acc_t = typename std::remove_reference<decltype(lf(0, 0))>::type;
+  int64_t nonfinite = 0;
+  Kokkos::parallel_reduce(
+      "torch/kk:forces", Kokkos::RangePolicy<DeviceType, Kokkos::IndexType<int64_t>>(0, nedges_real),
+      KOKKOS_LAMBDA(int64_t e, int64_t &bad) {
         const int i = atom_of(index(e)), j = atom_of(index(second + e));
         for (int k = 0; k < 3; ++k) {
-          Kokkos::atomic_add(&lf(i, k), grad(e, k));
-          Kokkos::atomic_add(&lf(j, k), -grad(e, k));
+          if (!Kokkos::isfinite(grad(e, k))) ++bad;
+          Kokkos::atomic_add(&lf(i, k), static_cast<acc_t>(grad(e, k)));
+          Kokkos::atomic_add(&lf(j, k), static_cast<acc_t>(-grad(e, k)));
         }
         if (per_atom_virial) {
           const double v[6] = {-vec(e, 0) * grad(e, 0), -vec(e, 1) * grad(e, 1),
                                -vec(e, 2) * grad(e, 2), -vec(e, 0) * grad(e, 1),
                                -vec(e, 0) * grad(e, 2), -vec(e, 1) * grad(e, 2)};
           for (int k = 0; k < 6; ++k) {
-            Kokkos::atomic_add(&vatom_d(i, k), 0.5 * v[k]);
-            Kokkos::atomic_add(&vatom_d(j, k), 0.5 * v[k]);
+            Kokkos::atomic_add(&vatom_d(i, k), static_cast<acc_t>(0.5 * v[k]));
+            Kokkos::atomic_add(&vatom_d(j, k), static_cast<acc_t>(0.5 * v[k]));
           }
         }
-      });
+      },
+      nonfinite);
   if (want_virial) {
     EV_FLOAT ev;
     Kokkos::parallel_reduce(
-        "torch/kk:virial", Kokkos::RangePolicy<DeviceType>(0, nedges_real),
-        KOKKOS_LAMBDA(int e, EV_FLOAT &acc) {
+        "torch/kk:virial", Kokkos::RangePolicy<DeviceType, Kokkos::IndexType<int64_t>>(0, nedges_real),
+        KOKKOS_LAMBDA(int64_t e, EV_FLOAT &acc) {
           acc.v[0] -= vec(e, 0) * grad(e, 0);
           acc.v[1] -= vec(e, 1) * grad(e, 1);
           acc.v[2] -= vec(e, 2) * grad(e, 2);
@@ -393,6 +441,7 @@ void PairTorchKokkos<DeviceType>::accumulate_device(bool want_virial, double *vs
         "torch/kk:eatom", Kokkos::RangePolicy<DeviceType>(0, atom->nlocal),
         KOKKOS_LAMBDA(int i) { eatom_d(i) += ne(i); });
   }
+  return nonfinite;
 }
 
 /* ----------------------------------------------------------------------
@@ -414,7 +463,7 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::training_graph(MLT
   edge_vec.resize(3 * nedges_real);
   edge_index.resize(nedges_real);
   edge_nbr.resize(nedges_real);
-  for (int e = 0; e < nedges_real; ++e) {
+  for (int64_t e = 0; e < nedges_real; ++e) {
     for (int k = 0; k < 3; ++k) edge_vec[3 * e + k] = h_vec(e, k);
     edge_index[e] = h_index(e);
     edge_nbr[e] = h_index(second + e);
@@ -422,7 +471,7 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::training_graph(MLT
   edge_index.insert(edge_index.end(), edge_nbr.begin(), edge_nbr.end());
   node2atom.resize(nnodes_real);
   species.resize(nnodes_real);
-  for (int i = 0; i < nnodes_real; ++i) {
+  for (int64_t i = 0; i < nnodes_real; ++i) {
     node2atom[i] = h_atom_of(i);
     species[i] = h_species(i);
   }
@@ -440,6 +489,21 @@ template <class DeviceType> void *PairTorchKokkos<DeviceType>::extract(const cha
   dim = 0;
   if (strcmp(name, "capacity_changes") == 0) return (void *) &capacity_changes;
   return nullptr;
+}
+
+/* ----------------------------------------------------------------------
+   fix torch/finetune works on the host on its labelling steps only (its
+   KOKKOS data masks are empty, so other steps sync nothing for it)
+------------------------------------------------------------------------- */
+
+template <class DeviceType> void PairTorchKokkos<DeviceType>::sync_host_for_fix()
+{
+  atomKK->sync(Host, ALL_MASK);
+}
+
+template <class DeviceType> void PairTorchKokkos<DeviceType>::host_forces_modified()
+{
+  atomKK->modified(Host, F_MASK);
 }
 
 template <class DeviceType> double PairTorchKokkos<DeviceType>::memory_usage()

@@ -39,10 +39,12 @@ template <class DeviceType> class PairTorchKokkos : public PairTorch {
   void training_graph(MLTorch::GraphInput &in) override;
   void *extract(const char *, int &) override;
   double memory_usage() override;
+  void sync_host_for_fix() override;
+  void host_forces_modified() override;
 
   // public for CUDA extended lambdas
   void build_graph_device();
-  void accumulate_device(bool want_virial, double *virial_sum);
+  int64_t accumulate_device(bool want_virial, double *virial_sum);
 
  protected:
   typename KK::t_x x;
@@ -60,14 +62,19 @@ template <class DeviceType> class PairTorchKokkos : public PairTorch {
   Kokkos::View<double *[3], Kokkos::LayoutRight, DeviceType> d_edge_vec, d_edge_grad;
   Kokkos::View<int64_t *, DeviceType> d_edge_index, d_species;
   Kokkos::View<double *, DeviceType> d_node_energy;
-  Kokkos::View<int *, DeviceType> d_count, d_offset;
+  Kokkos::View<int64_t *, DeviceType> d_count, d_offset;
   Kokkos::View<int *, DeviceType> d_node_of, d_atom_of;    // atom <-> graph node
-  int node_capacity, edge_capacity;
-  int pad_nodes, pad_edges;    // fixed capacities (0 = grow)
-  double capacity_changes;     // number of buffer (re)allocations, see extract()
-  int nnodes_real, nedges_real, nnodes_model, nedges_model, ncentres;
+  int64_t node_capacity, edge_capacity;
+  int64_t pad_nodes, pad_edges;    // fixed capacities (0 = grow)
+  double capacity_changes;         // number of buffer (re)allocations, see extract()
+  int64_t nnodes_real, nedges_real, nnodes_model, nedges_model;
+  int ncentres;
+  bool device_given;    // the device keyword was used
 
-  void ensure_capacity(int nodes, int edges);
+  // smallest capacities: a rank without atoms still hands LibTorch real buffers
+  static constexpr int64_t MIN_CAPACITY = 16;
+
+  void ensure_capacity(int64_t nodes, int64_t edges);
 };
 
 }    // namespace LAMMPS_NS

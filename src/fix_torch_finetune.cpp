@@ -159,6 +159,11 @@ FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
     fpart(nullptr), resid(nullptr), fref(nullptr), fsave(nullptr), commflag(COMM_PARTIAL),
     stored_this_round(0), replay_warned(false), acc_ngrad(0)
 {
+  // KOKKOS data masks (a fix's default is everything, synced to the host on
+  // every step): empty, because the fix asks the pair for the host data on
+  // the steps that label, and only then (post_force)
+  datamask_read = 0;
+  datamask_modify = 0;
   if (narg < 4) MLTorchCompat::missing_args(FLERR, "fix torch/finetune", error);
   if (igroup != 0)
     error->all(FLERR, "Fix torch/finetune trains on whole configurations: use group 'all', not '{}'",
@@ -594,6 +599,9 @@ void FixTorchFinetune::teacher_labels(double &e_ref, double *w_ref)
 void FixTorchFinetune::post_force(int /*vflag*/)
 {
   if (update->ntimestep % nevery) return;
+  // with KOKKOS: per-atom data to the host on labelling steps only (the
+  // fix's data masks are empty, so LAMMPS syncs nothing for it otherwise)
+  student->sync_host_for_fix();
   grow_arrays();
   // this step's graph, built once; it stays valid through the update
   MLTorch::GraphInput in;
@@ -604,6 +612,7 @@ void FixTorchFinetune::post_force(int /*vflag*/)
     take_step();
     if (nupdates + nrollbacks != before) refresh_forces(in);
   }
+  student->host_forces_modified();
 }
 
 /* ----------------------------------------------------------------------

@@ -98,14 +98,27 @@ namespace MLTorchCompat {
 
 #include "kokkos.h"
 
+#include <string>
+#include <type_traits>
+
+// the build reads the KOKKOS API from the LAMMPS tree (CMakeLists.txt): the
+// precision layer goes with the current neighbor API, the 2021 views with
+// the 2021 one; any other pairing is a tree this code was not written for
+#if defined(ML_TORCH_KOKKOS_PRECISION_LAYER) && defined(ML_TORCH_LAMMPS_LEGACY)
+#error "ML-TORCH: a LAMMPS tree with the KOKKOS precision layer but without neighbor->add_request()"
+#endif
+#if !defined(ML_TORCH_KOKKOS_PRECISION_LAYER) && !defined(ML_TORCH_LAMMPS_LEGACY)
+#error "ML-TORCH: torch/kk supports LAMMPS >= 22 Jul 2025 (KK_FLOAT) and 29 Sep 2021; this tree is neither"
+#endif
+
 namespace LAMMPS_NS {
 namespace MLTorchCompat {
 
   // view types of positions, forces and per-atom energy/virial
   template <class DeviceType> struct KokkosTypes {
     using AT = ArrayTypes<DeviceType>;
-#ifdef ML_TORCH_LAMMPS_LEGACY
-    // LAMMPS <= 2024: F_FLOAT/E_FLOAT views
+#ifndef ML_TORCH_KOKKOS_PRECISION_LAYER
+    // LAMMPS 29 Sep 2021: F_FLOAT/E_FLOAT views
     using t_x = typename AT::t_x_array_randomread;
     using t_f = typename AT::t_f_array;
     using k_eatom_t = DAT::tdual_efloat_1d;
@@ -140,6 +153,18 @@ namespace MLTorchCompat {
     req->set_kokkos_device(device);
 #endif
     (void) pair;
+  }
+
+  // the LibTorch device of the memory a Kokkos device type works in: the GPU
+  // Kokkos selected for this rank (-k on g N maps node-local ranks to GPUs)
+  template <class DeviceType> inline std::string kokkos_torch_device()
+  {
+#if defined(KOKKOS_ENABLE_CUDA) && defined(ML_TORCH_KOKKOS_PRECISION_LAYER)
+    if (std::is_same<typename DeviceType::execution_space, Kokkos::Cuda>::value)
+      return "cuda:" + std::to_string(Kokkos::device_id());
+#endif
+    return std::is_same<typename DeviceType::memory_space, Kokkos::HostSpace>::value ? "cpu"
+                                                                                     : "cuda";
   }
 
   // per-atom DualView: device side modified, make the host side current

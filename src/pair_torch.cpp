@@ -101,6 +101,27 @@ void PairTorch::settings(int narg, char **arg)
 }
 
 /* ----------------------------------------------------------------------
+   the LibTorch device of this rank: 'device cuda' gives the node-local
+   ranks the node's GPUs in turn (rank k on a node uses GPU k mod #GPUs,
+   as LAMMPS's GPU and KOKKOS packages do); 'device cuda:N' is used as given
+------------------------------------------------------------------------- */
+
+std::string PairTorch::torch_device() const
+{
+  if (device_name != "cuda") return device_name;
+  const int ngpu = MLTorch::cuda_device_count();
+  if (ngpu < 1) return device_name;    // the model load reports the missing GPU
+  int local = 0;
+#ifndef MPI_STUBS
+  MPI_Comm node;
+  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, comm->me, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &local);
+  MPI_Comm_free(&node);
+#endif
+  return "cuda:" + std::to_string(local % ngpu);
+}
+
+/* ----------------------------------------------------------------------
    stop all ranks with the message of the lowest failing rank
 ------------------------------------------------------------------------- */
 
@@ -148,7 +169,7 @@ void PairTorch::coeff(int narg, char **arg)
 
   std::unique_ptr<MLTorch::Model> loaded;
   try {
-    loaded = std::make_unique<MLTorch::Model>(bytes, model_file, device_name);
+    loaded = std::make_unique<MLTorch::Model>(bytes, model_file, torch_device());
   } catch (std::exception &e) {
     ok = false;
     message = e.what();

@@ -54,6 +54,11 @@ class PairTorch : public Pair {
   const std::string &model_path() const { return model_file; }
   // changes whenever pair_coeff loads a model
   int model_serial() const { return model_serial_; }
+  // for fixes that read or change per-atom data on the host only on some
+  // steps (their KOKKOS data masks are empty): make the host copies current,
+  // and say that host forces were changed. No-ops outside KOKKOS.
+  virtual void sync_host_for_fix() {}
+  virtual void host_forces_modified() {}
 
  protected:
   std::unique_ptr<MLTorch::Model> model_;
@@ -80,6 +85,7 @@ class PairTorch : public Pair {
   void graph_input(MLTorch::GraphInput &in) const;
   void check_finite();
   void collective_check(bool ok, const std::string &message);
+  std::string torch_device() const;
 };
 
 }    // namespace LAMMPS_NS

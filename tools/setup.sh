@@ -5,9 +5,13 @@
 #
 #   tools/setup.sh            # everything, then run the flagship example
 #   tools/setup.sh --no-run   # everything but the example
-#   tools/setup.sh --kokkos   # also pair_style torch/kk: Debian's Kokkos 3.4 and
-#                             # LAMMPS 29 Sep 2021 (Debian source package), built
-#                             # in build/kokkos; its tests join ctest (KokkosBuild)
+#   tools/setup.sh --kokkos   # also pair_style torch/kk on the current stack:
+#                             # LAMMPS 4 Jul 2026 + KOKKOS with Debian's Kokkos 5.2
+#                             # (OpenMP) in a Debian 13 build root, built in
+#                             # build/kokkos-current (lmp-run wrapper there); its
+#                             # tests and a CUDA compile check join ctest
+#   tools/setup.sh --kokkos-2021   # also the older lane: LAMMPS 29 Sep 2021 +
+#                             # Debian 12's Kokkos 3.4 (Serial) in build/kokkos
 #
 # Idempotent: a second run reuses the apt state, pip cache, fetched LAMMPS
 # tarball (in $ML_TORCH_CACHE, default ~/.cache/ml-torch), ccache and build/.
@@ -17,11 +21,13 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
 run_example=1
 kokkos=0
+kokkos_2021=0
 for arg in "$@"; do
   case "$arg" in
     --no-run) run_example=0 ;;
     --kokkos) kokkos=1 ;;
-    *) echo "usage: tools/setup.sh [--no-run] [--kokkos]" >&2; exit 2 ;;
+    --kokkos-2021) kokkos_2021=1 ;;
+    *) echo "usage: tools/setup.sh [--no-run] [--kokkos] [--kokkos-2021]" >&2; exit 2 ;;
   esac
 done
 
@@ -47,7 +53,8 @@ say "system packages"
 pkgs=(build-essential cmake ninja-build ccache git ca-certificates dpkg-dev
       libopenmpi-dev openmpi-bin python3 python3-venv python3-dev
       libgtest-dev libgmock-dev libyaml-dev nlohmann-json3-dev)
-[ "$kokkos" = 1 ] && pkgs+=(libtrilinos-kokkos-dev xz-utils)
+[ "$kokkos_2021" = 1 ] && pkgs+=(libtrilinos-kokkos-dev xz-utils)
+[ "$kokkos" = 1 ] && pkgs+=(debootstrap)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -106,7 +113,7 @@ say "LAMMPS source ($lammps_pkg_version, Debian source package)"
 fetch_lammps "$lammps_pkg_version" "$lammps_tarball" "$lammps_sha256" "$lammps_dir" "-xzf"   # no top-level folder
 echo "LAMMPS tree: $lammps_dir ($(grep -o '"[^"]*"' "$lammps_dir/src/version.h" | head -n1))"
 kk_args=(-DML_TORCH_KOKKOS_LEGACY_BUILD=OFF)
-if [ "$kokkos" = 1 ]; then
+if [ "$kokkos_2021" = 1 ]; then
   say "LAMMPS source for the KOKKOS build ($kk_pkg_version, Debian source package)"
   fetch_lammps "$kk_pkg_version" "$kk_tarball" "$kk_sha256" "$kk_lammps_dir" "--strip-components=1 -xJf"
   echo "LAMMPS tree: $kk_lammps_dir ($(grep -o '"[^"]*"' "$kk_lammps_dir/src/version.h" | head -n1))"
@@ -134,8 +141,30 @@ command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -
 export CCACHE_BASEDIR="$here"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DLAMMPS_SOURCE_DIR="$lammps_dir" -DML_TORCH_PYTHON="$here/.venv/bin/python" "${launcher[@]}" \
-      "${kk_args[@]}"
+      "${kk_args[@]}" -DML_TORCH_KOKKOS_CURRENT_DIR="$([ "$kokkos" = 1 ] && echo "$here/build/kokkos-current")"
 cmake --build build -j "$jobs"
+
+# ---------------------------------------------------------------------------
+if [ "$kokkos" = 1 ]; then
+  say "KOKKOS lane: LAMMPS 4 Jul 2026 + Kokkos 5.2 (OpenMP) in a Debian 13 build root (build/kokkos-current)"
+  root=$cache/debian13
+  tools/debian13-root.sh create "$root"
+  kdir=$here/build/kokkos-current
+  mkdir -p "$kdir"
+  # wrappers: any command, and lmp [-np N], inside the root, from the caller's directory
+  printf '#!/bin/sh\n# run a command inside the Debian 13 root of this build\nexec %q run %q "$@"\n' \
+    "$here/tools/debian13-root.sh" "$root" > "$kdir/in-root"
+  sed -e "s|@IN_ROOT@|$kdir/in-root|" -e "s|@LMP@|$kdir/lmp|" tools/lmp-run.in > "$kdir/lmp-run"
+  chmod +x "$kdir/in-root" "$kdir/lmp-run"
+  torch_prefix=$(.venv/bin/python -c "import torch, os; print(os.path.dirname(torch.__file__))")
+  "$kdir/in-root" env CCACHE_DIR="$cache/ccache-debian13" CCACHE_BASEDIR="$here" \
+    cmake -S "$here" -B "$kdir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLAMMPS_SOURCE_DIR="$lammps_dir" \
+          -DML_TORCH_KOKKOS=ON -DTorch_DIR="$torch_prefix/share/cmake/Torch" \
+          -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache
+  "$kdir/in-root" env CCACHE_DIR="$cache/ccache-debian13" CCACHE_BASEDIR="$here" \
+    cmake --build "$kdir" -j "$jobs"
+  "$kdir/lmp-run" -h | grep -E "^(Large-scale|KOKKOS package API|Kokkos library version)" || true
+fi
 
 # ---------------------------------------------------------------------------
 if [ "$run_example" = 1 ]; then

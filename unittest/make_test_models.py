@@ -23,10 +23,23 @@ class NonFinite(nn.Module):
         return out.index_add(0, edge_index[0], torch.log(r - 100.0))
 
 
+class NanForce(nn.Module):
+    """Finite energies (all zero) whose forces are not finite: sqrt(d - d)
+    is 0, its derivative at 0 is infinite."""
+
+    def forward(self, edge_vectors: Tensor, edge_index: Tensor, species: Tensor,
+                n_local: int) -> Tensor:
+        d2 = (edge_vectors * edge_vectors).sum(dim=1)
+        out = torch.zeros(species.size(0), dtype=edge_vectors.dtype)
+        return out.index_add(0, edge_index[0], torch.sqrt(d2 - d2.detach()))
+
+
 def main(out):
     os.makedirs(out, exist_ok=True)
     meta = dict(cutoff=5.0, elements=["Ar"], units="metal")
     export(NonFinite(), os.path.join(out, "nonfinite_Ar.pt"), model_type="always NaN", check=False, **meta)
+    export(NanForce(), os.path.join(out, "nanforce_Ar.pt"), model_type="finite energy, NaN forces",
+           check=False, **meta)
 
     scripted = torch.jit.script(NonFinite())
     torch.jit.save(scripted, os.path.join(out, "no_metadata.pt"))

@@ -11,8 +11,10 @@
 
 #include <string>
 
-// rank, size and --verbose-lammps of this test program
-inline int mpi_test_main(int argc, char **argv, int &me, int &nprocs, bool &verbose)
+// rank, size and --verbose-lammps of this test program; `before_finalize`
+// runs after the tests, before MPI_Finalize (e.g. Kokkos's finalize)
+inline int mpi_test_main(int argc, char **argv, int &me, int &nprocs, bool &verbose,
+                         void (*before_finalize)() = nullptr)
 {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
@@ -27,6 +29,7 @@ inline int mpi_test_main(int argc, char **argv, int &me, int &nprocs, bool &verb
   const int rv = RUN_ALL_TESTS();
   int worst = rv;
   MPI_Allreduce(&rv, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (before_finalize) before_finalize();
   MPI_Finalize();
   return worst;
 }

@@ -6,9 +6,10 @@
 #include "model.h"
 
 #include <nlohmann/json.hpp>
-#include <torch/headeronly/version.h>
+#include <torch/cuda.h>
 #include <torch/script.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -125,6 +126,11 @@ int get_num_threads()
   return at::get_num_threads();
 }
 
+int cuda_device_count()
+{
+  return torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
+}
+
 std::string libtorch_version()
 {
   return std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
@@ -221,13 +227,17 @@ static ForwardPass run_forward(torch::jit::Module &module, const GraphInput &in,
 
   // from_blob wraps the caller's buffers without copying; .to() copies only
   // when the dtype or device differs from the host double/int64 layout
+  // (a rank may hold no atom or no edge: empty tensors are made, never
+  // wrapped, since a null or foreign pointer is not a valid blob on a GPU)
+  auto wrap = [](const void *p, c10::IntArrayRef shape, const torch::TensorOptions &o) {
+    for (auto n : shape)
+      if (n == 0) return torch::empty(shape, o);
+    return torch::from_blob(const_cast<void *>(p), shape, o);
+  };
   ForwardPass fp;
-  fp.edge_vec = torch::from_blob(const_cast<double *>(in.edge_vectors), {in.n_edges, 3}, f64)
-                    .to(dev, dtype)
-                    .requires_grad_(true);
-  fp.edge_index =
-      torch::from_blob(const_cast<int64_t *>(in.edge_index), {2, in.n_edges}, i64).to(dev);
-  auto species = torch::from_blob(const_cast<int64_t *>(in.species), {in.n_nodes}, i64).to(dev);
+  fp.edge_vec = wrap(in.edge_vectors, {in.n_edges, 3}, f64).to(dev, dtype).requires_grad_(true);
+  fp.edge_index = wrap(in.edge_index, {2, in.n_edges}, i64).to(dev);
+  auto species = wrap(in.species, {in.n_nodes}, i64).to(dev);
 
   std::vector<torch::jit::IValue> args{fp.edge_vec, fp.edge_index, species, in.n_local};
   torch::Tensor node_energy;
@@ -277,6 +287,9 @@ double Model::evaluate_into(const GraphInput &in, double *edge_grad, double *nod
   }
   if (node_energy && in.n_local > 0)
     torch::from_blob(node_energy, {in.n_local}, out_opts).copy_(fp.local_energy.detach());
+  // the caller (a Kokkos kernel on its own stream) reads the outputs next:
+  // the model's device work must be finished, not only queued
+  if (impl->device.is_cuda()) torch::cuda::synchronize(impl->device.index());
 
   // accumulate the energy in double whatever the model's dtype, atom by atom
   auto e_host = fp.local_energy.detach().to(torch::kCPU, torch::kFloat64).contiguous();

@@ -170,6 +170,8 @@ std::string content_hash(const std::string &bytes);
 // LibTorch helpers that need no torch types in the caller.
 void set_num_threads(int n);
 int get_num_threads();
+// CUDA devices LibTorch sees (0 without CUDA)
+int cuda_device_count();
 std::string libtorch_version();
 
 }    // namespace MLTorch

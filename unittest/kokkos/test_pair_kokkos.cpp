@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -30,12 +31,20 @@ static const std::string potentials = ML_TORCH_POTENTIALS_DIR;
 static const std::string lammps_potentials = ML_TORCH_LAMMPS_POTENTIALS_DIR;
 static int me = 0, nprocs = 1;
 
-// with `kokkos`: -k on -sf kk, so pair_style torch becomes torch/kk
+// Kokkos threads per rank (-k on t N): ctest runs the suite with 1 and,
+// on an OpenMP Kokkos, 2 threads
+static std::string kokkos_threads()
+{
+  const char *t = std::getenv("ML_TORCH_KOKKOS_THREADS");
+  return t ? t : "1";
+}
+
+// with `kokkos`: -k on t N -sf kk, so pair_style torch becomes torch/kk
 class Lammps : public LammpsSession {
  public:
   explicit Lammps(bool kokkos) :
       LammpsSession(MPI_COMM_WORLD,
-                    kokkos ? std::vector<std::string>{"-k", "on", "-sf", "kk"}
+                    kokkos ? std::vector<std::string>{"-k", "on", "t", kokkos_threads(), "-sf", "kk"}
                            : std::vector<std::string>{},
                     false)
   {
@@ -249,6 +258,113 @@ TEST(KokkosPadding, FixedCapacityEqualsGrowing)
 }
 
 /* ----------------------------------------------------------------------
+   fixed shapes that a configuration outgrows grow, with a WARNING, and
+   give the numbers of growing buffers (the run used to stop)
+------------------------------------------------------------------------- */
+
+TEST(KokkosPadding, OverflowGrowsWithWarning)
+{
+  const System sys{"mp", lattice("lattice diamond 5.431", 28.0855, 3, false), ""};
+  const std::string coeff = "pair_coeff * * " + potentials + "/si_mp2.pt Si";
+  Snapshot grow, pad;
+  double changes = 0.0;
+  {
+    Lammps l(true);
+    grow = run(l, sys, "pair_style torch", coeff, 10);
+  }
+  {
+    Lammps l(true);
+    pad = run(l, sys, "pair_style torch pad 40 100", coeff, 10);    // far too small
+    changes = l.capacity_changes();
+  }
+  const double d[4] = {rel(pad.pe, grow.pe), rel(pad.f, grow.f), rel(pad.virial, grow.virial),
+                       rel(pad.pe_atom, grow.pe_atom)};
+  if (me == 0)
+    std::printf("[ padding ] outgrown 'pad 40 100' vs growing capacity: pe %.2g f %.2g virial %.2g "
+                "pe/atom %.2g; allocations %g\n", d[0], d[1], d[2], d[3], changes);
+  for (double v : d) EXPECT_LE(v, 1e-12);
+  EXPECT_GE(changes, 2.0);
+  EXPECT_LE(changes, 6.0);    // grown once (with headroom), then fixed again
+}
+
+/* ----------------------------------------------------------------------
+   ranks that own no atom and hold no ghost: empty graphs, real buffers
+------------------------------------------------------------------------- */
+
+TEST(KokkosEmptyRanks, AtomsInOneCorner)
+{
+  // a non-periodic box four times wider than the crystal along x: with
+  // 2 or 4 ranks along x the far ranks have neither atoms nor ghosts
+  const std::vector<std::string> setup{
+      "units metal", "atom_modify map array", "newton on", "boundary f p p",
+      "lattice diamond 5.431", "region box block 0 12 0 2 0 2", "create_box 1 box",
+      "region crystal block 0 2.5 0 2 0 2", "create_atoms 1 region crystal", "mass 1 28.0855",
+      "displace_atoms all random 0.1 0.1 0.1 4321 units box",
+      "velocity all create 600 4928 loop geom",
+      "processors " + std::to_string(nprocs) + " 1 1"};
+  const System sys{"corner", setup, ""};
+  const std::string coeff = "pair_coeff * * " + potentials + "/si_local.pt Si";
+  Snapshot cpu, kk;
+  {
+    Lammps l(false);
+    cpu = run(l, sys, "pair_style torch", coeff, 10);
+  }
+  {
+    Lammps l(true);
+    kk = run(l, sys, "pair_style torch", coeff, 10);
+  }
+  const double d[3] = {rel(kk.pe, cpu.pe), rel(kk.f, cpu.f), rel(kk.virial, cpu.virial)};
+  if (me == 0)
+    std::printf("[ empty ranks ] %d rank(s), atoms in the first %s of the box: pe %.2g f %.2g "
+                "virial %.2g\n", nprocs, "quarter", d[0], d[1], d[2]);
+  for (double v : d) EXPECT_LE(v, 1e-12);
+}
+
+/* ----------------------------------------------------------------------
+   errors a GPU run meets first, shown on the host back end
+------------------------------------------------------------------------- */
+
+static std::string error_of(Lammps &l, const std::vector<std::string> &lines)
+{
+  try {
+    l.cmds(lines);
+  } catch (std::exception &e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(KokkosErrors, NewtonOffNamesThePackageSetting)
+{
+  Lammps l(true);
+  auto setup = lattice("lattice fcc 5.26", 39.948, 2, false);
+  setup[2] = "newton off";
+  setup.insert(setup.end(), {"pair_style torch", "pair_coeff * * " + potentials + "/lj_Ar.pt Ar",
+                             "run 0 post no"});
+  const std::string msg = error_of(l, setup);
+  EXPECT_NE(msg.find("Pair style torch/kk requires newton pair on: run with '-pk kokkos newton on "
+                     "neigh full'"),
+            std::string::npos)
+      << "got: " << msg;
+}
+
+TEST(KokkosErrors, NonFiniteForcesOnStepsWithoutVirial)
+{
+  // energies are finite, forces are not; thermo asks for no pressure, so no
+  // step computes a virial: the edge gradients themselves must be checked
+  Lammps l(true);
+  auto setup = lattice("lattice fcc 5.26", 39.948, 2, false);
+  setup.insert(setup.end(), {"pair_style torch",
+                             "pair_coeff * * " + std::string(ML_TORCH_TEST_MODELS_DIR) +
+                                 "/nanforce_Ar.pt Ar",
+                             "thermo_style custom step temp", "fix md all nve", "run 3 post no"});
+  const std::string msg = error_of(l, setup);
+  EXPECT_NE(msg.find("returned a non-finite energy or force on step 0"), std::string::npos)
+      << "got: " << msg;
+  EXPECT_NE(msg.find("non-finite edge gradient component(s)"), std::string::npos) << "got: " << msg;
+}
+
+/* ----------------------------------------------------------------------
    fix torch/finetune on top of torch/kk: the same gradient as on torch
 ------------------------------------------------------------------------- */
 
@@ -274,10 +390,46 @@ TEST(KokkosFinetune, GradientEqualsCpuStyle)
   EXPECT_LE(d, 1e-10);
 }
 
+/* ----------------------------------------------------------------------
+   a run with real updates: fix torch/finetune reads and changes forces on
+   the host on its labelling steps only (empty KOKKOS masks); the trajectory
+   equals the one on pair_style torch
+------------------------------------------------------------------------- */
+
+static Snapshot finetune_run(bool kokkos)
+{
+  Lammps l(kokkos);
+  l.cmds(lattice("lattice diamond 5.431", 28.0855, 2, false));
+  l.cmds({"pair_style torch", "pair_coeff * * " + potentials + "/si_local.pt Si",
+          "fix ft all torch/finetune 5 teacher sw \"* * " + lammps_potentials +
+              "/Si.sw Si\" weights 1.0 10.0 0.0 optimizer adam lr 1e-3 log 0",
+          "fix md all nve", "thermo_style custom step pe press f_ft[1]", "run 20 post no"});
+  Snapshot r;
+  r.pe = l.thermo("pe");
+  r.press = l.thermo("press");
+  r.f = l.gather("f", 3);
+  r.virial = {l.thermo("f_ft[1]")};
+  return r;
+}
+
+TEST(KokkosFinetune, TrajectoryWithUpdatesEqualsCpuStyle)
+{
+  const auto cpu = finetune_run(false);
+  const auto kk = finetune_run(true);
+  const double d[3] = {rel(kk.pe, cpu.pe), rel(kk.f, cpu.f), rel(kk.virial, cpu.virial)};
+  if (me == 0)
+    std::printf("[ finetune ] 20 steps, 4 updates, torch/kk vs torch: pe %.2g f %.2g loss %.2g\n",
+                d[0], d[1], d[2]);
+  EXPECT_GT(cpu.virial[0], 0.0);    // a real loss
+  for (double v : d) EXPECT_LE(v, 1e-9);
+}
+
 /* ---------------------------------------------------------------------- */
 
 int main(int argc, char **argv)
 {
   bool verbose = false;
-  return mpi_test_main(argc, argv, me, nprocs, verbose);
+  // Kokkos is initialised once per process (by the first -k on instance)
+  // and must be finalised before MPI
+  return mpi_test_main(argc, argv, me, nprocs, verbose, lammps_kokkos_finalize);
 }
