@@ -50,6 +50,10 @@ PairTorchKokkos<DeviceType>::PairTorchKokkos(LAMMPS *lmp) :
 {
   respa_enable = 0;
   kokkosable = 1;
+  // no device centroid virial yet: compute centroid/stress/atom refuses torch/kk
+  // rather than getting a pairwise split (use pair_style torch for it)
+  centroid_supported = false;
+  centroidstressflag = CENTROID_NOTAVAIL;
   atomKK = (AtomKokkos *) atom;
   execution_space = ExecutionSpaceFromDevice<DeviceType>::space;
   // the per-atom arrays compute() reads and writes

@@ -153,7 +153,7 @@ FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
     opt(std::make_unique<MLTorch::OptimizerSettings>()), schedule("constant"), sched_a(0.0),
     sched_b(0.0), clip(0.0), accumulate(1), max_force_error(0.0), rollback_factor(0.0),
     save_every(0), log_every(1), check_every(10), replay_capacity(0), replay_mix(0),
-    replay_mbytes(256.0), student(nullptr), model_(nullptr), teacher(nullptr), synced(false),
+    replay_mbytes(256.0), student(nullptr), teacher(nullptr), synced(false),
     pending(0), nupdates(0), nskipped(0), nrollbacks(0), nchecks(0), nconfigs(0), loss_ema(-1.0),
     acc_loss(0), acc_se_e(0), acc_se_f(0), acc_nf(0), acc_se_w(0), acc_n(0), nmax(0),
     fpart(nullptr), resid(nullptr), fref(nullptr), fsave(nullptr), commflag(COMM_PARTIAL),
@@ -317,8 +317,9 @@ FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
   if (!student || !student->model())
     error->all(FLERR, "Fix torch/finetune requires pair_style torch with its pair_coeff defined "
                       "before the fix");
-  model_ = student->model();
-  model_serial = student->model_serial();
+  model_ = student->shared_model();
+  model_path = student->model_path();
+  model_hash = student->model_hash();
   if (atom->torque_flag)
     error->all(FLERR, "Fix torch/finetune supports point particles only (this atom style has "
                       "torques)");
@@ -351,7 +352,9 @@ FixTorchFinetune::~FixTorchFinetune()
 
 int FixTorchFinetune::setmask()
 {
-  return POST_FORCE;
+  // PRE_FORCE only for setup_pre_force(): the replicas' collective check at
+  // the start of every run (pre_force itself does nothing)
+  return PRE_FORCE | POST_FORCE;
 }
 
 /* ----------------------------------------------------------------------
@@ -436,7 +439,7 @@ void FixTorchFinetune::setup_trainable()
   if (ntrain == 0)
     error->all(FLERR, "Fix torch/finetune: nothing to train: model {} has {} parameters and the "
                       "train/freeze keywords leave none trainable",
-               student->model_path(), model_->num_parameters());
+               model_path, model_->num_parameters());
   try {
     trainer = std::make_unique<MLTorch::Trainer>(*model_, *opt);
   } catch (std::exception &e) {
@@ -446,7 +449,7 @@ void FixTorchFinetune::setup_trainable()
   if (comm->me == 0)
     utils::logmesg(lmp, "fix torch/finetune: training {} of {} parameters of {} with {} "
                         "(lr {}), every {} steps, {} configuration(s) per update and replica\n",
-                   ntrain, model_->num_parameters(), student->model_path(), opt->kind, opt->lr,
+                   ntrain, model_->num_parameters(), model_path, opt->kind, opt->lr,
                    nevery, accumulate);
 }
 
@@ -465,11 +468,12 @@ void FixTorchFinetune::check_replicas_consistent(bool broadcast)
   std::string mine = fmt::format(
       "model {} trainable {} | N {} accumulate {} replay {} check {} save {} {} | {} lr {} wd {} "
       "momentum {} schedule {} {} {} clip {} max_force_error {} rollback {} weights {} {} {} | "
-      "updates {} skipped {} rollbacks {} pending {} phase {}",
-      student->model_hash(), MLTorch::content_hash(mask), nevery, accumulate, replay_mix,
+      "updates {} skipped {} rollbacks {} pending {} phase {} | run {} steps from {} to {}",
+      model_hash, MLTorch::content_hash(mask), nevery, accumulate, replay_mix,
       check_every, save_every, save_file.empty() ? 0 : 1, opt->kind, opt->lr, opt->weight_decay,
       opt->momentum, schedule, sched_a, sched_b, clip, max_force_error, rollback_factor, w_energy,
-      w_force, w_stress, nupdates, nskipped, nrollbacks, pending, update->ntimestep % nevery);
+      w_force, w_stress, nupdates, nskipped, nrollbacks, pending, update->ntimestep % nevery,
+      update->nsteps, update->firststep, update->laststep);
   std::string first, other;
   const int r = MLTorchMPI::first_differing_rank(mine, universe->uworld, first, other);
   if (r >= 0)
@@ -500,10 +504,14 @@ void FixTorchFinetune::check_replicas_consistent(bool broadcast)
 
 void FixTorchFinetune::init()
 {
+  // the pair style must still run the model this fix trains (the same
+  // object: a reloaded file, another pair style in between, or a new
+  // pair_coeff all give another one)
   auto *pair = dynamic_cast<PairTorch *>(force->pair_match("^torch", 0));
-  if (pair != student || !student || student->model_serial() != model_serial)
+  if (!pair || pair->shared_model() != model_)
     error->all(FLERR, "Fix torch/finetune: the pair_style torch model changed after the fix was "
                       "defined; unfix and define the fix again after the new pair_coeff");
+  student = pair;
   if (force->newton_pair == 0)
     error->all(FLERR, "Fix torch/finetune requires newton pair on");
 
@@ -523,11 +531,6 @@ void FixTorchFinetune::init()
                  teacher_style, cut_teacher, cut_student, have, need);
     MLTorchCompat::set_request_cutoff(neighbor, teacher, cut_teacher);
   }
-
-  // every run: the replicas still agree; the first run also takes the
-  // parameters and optimizer state of universe rank 0
-  check_replicas_consistent(!synced);
-  synced = true;
 
   // fixes that overwrite forces in post_force must act after this fix,
   // which adds the updated model's force change to f
@@ -552,6 +555,23 @@ void FixTorchFinetune::init()
 void FixTorchFinetune::setup(int /*vflag*/)
 {
   grow_arrays();
+}
+
+/* ----------------------------------------------------------------------
+   the start of a run, before its first forces: the only place besides the
+   updates where all replicas meet (DDP also needs them in step here).
+   init() must not meet them: write_restart, write_data, velocity, run 0 ...
+   call it, and an input may issue those in some partitions only.
+   Every run: the replicas still agree, including on the length of this run
+   (a replica out of step meets the others' next run and stops with an
+   ERROR); the first run also takes the parameters and optimizer state of
+   universe rank 0, before the forces are computed with them
+------------------------------------------------------------------------- */
+
+void FixTorchFinetune::setup_pre_force(int /*vflag*/)
+{
+  check_replicas_consistent(!synced);
+  synced = true;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -1055,7 +1075,7 @@ void FixTorchFinetune::save_model(const std::string &path)
       const std::string prov =
           fmt::format("{{\"parent_model\": \"{}\", \"parent_file_hash\": \"{}\", \"updates\": {}, "
                       "\"step\": {}, \"teacher\": \"{}\"}}",
-                      student->model_path(), student->model_hash(), nupdates, update->ntimestep,
+                      model_path, model_hash, nupdates, update->ntimestep,
                       teacher_style);
       MLTorch::write_file_atomic(path, model_->file_bytes(prov));
     } catch (std::exception &e) {
@@ -1098,7 +1118,7 @@ void FixTorchFinetune::write_restart(FILE *fp)
   if (comm->me != 0) return;
   std::string out;
   put(out, RESTART_VERSION);
-  put_bytes(out, student->model_hash());
+  put_bytes(out, model_hash);
   put(out, nupdates);
   put(out, nskipped);
   put(out, nrollbacks);
@@ -1122,12 +1142,12 @@ void FixTorchFinetune::restart(char *buf)
     error->all(FLERR, "Fix torch/finetune: restart data version {} is not the supported version {}",
                version, RESTART_VERSION);
   const std::string hash = get_bytes(p);
-  if (hash != student->model_hash())
+  if (hash != model_hash)
     error->all(FLERR,
                "Fix torch/finetune: the restart file was written while training a model with file "
                "hash {}, but pair_coeff loaded {} (hash {}); load the same model file that the "
                "run which wrote the restart file started from",
-               hash, student->model_path(), student->model_hash());
+               hash, model_path, model_hash);
   nupdates = get<bigint>(p);
   nskipped = get<bigint>(p);
   nrollbacks = get<bigint>(p);

@@ -39,6 +39,7 @@ class FixTorchFinetune : public Fix {
   int setmask() override;
   void init() override;
   void setup(int) override;
+  void setup_pre_force(int) override;
   void post_force(int) override;
   void post_run() override;
   double compute_vector(int) override;
@@ -56,7 +57,7 @@ class FixTorchFinetune : public Fix {
   const std::vector<double> &last_gradient() const { return last_grad; }
   bigint updates() const { return nupdates; }
   bigint checksums_compared() const { return nchecks; }
-  MLTorch::Model *model() { return model_; }
+  MLTorch::Model *model() { return model_.get(); }
   int replay_size() const { return static_cast<int>(replay.size()); }
   double replay_bytes() const;
 
@@ -78,9 +79,14 @@ class FixTorchFinetune : public Fix {
   double replay_mbytes;
 
   // --- state ---
+  // the pair style running the model: set when the fix is defined and by
+  // every init(); between runs it may be gone (another pair_style), so only
+  // run-time code uses it
   class PairTorch *student;
-  MLTorch::Model *model_;
-  int model_serial;    // the student's model_serial() when the fix was defined
+  // the model, shared with the pair style that loaded it: it stays valid for
+  // the fix (restart files, saves) whatever happens to the pair style
+  std::shared_ptr<MLTorch::Model> model_;
+  std::string model_path, model_hash;    // of the student's model file
   std::unique_ptr<MLTorch::Trainer> trainer;
   class Pair *teacher;
   bool synced;

@@ -43,7 +43,10 @@ PairTorch::PairTorch(LAMMPS *lmp) :
   one_coeff = 1;
   manybody_flag = 1;
   no_virial_fdotr_compute = 1;
-  centroidstressflag = CENTROID_SAME;
+  // the centroid (atomic) virial of a strictly local model is exact: each
+  // edge's -r_ij (x) g_ij belongs to its centre i, whose energy it enters
+  // (set per model in coeff(); message-passing models have no such split)
+  centroidstressflag = CENTROID_AVAIL;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -177,7 +180,6 @@ void PairTorch::coeff(int narg, char **arg)
   collective_check(ok, message);
   model_ = std::move(loaded);
   model_hash_ = MLTorch::content_hash(bytes);
-  ++model_serial_;
   const auto &meta = model_->metadata();
 
   // element names -> model species
@@ -194,6 +196,10 @@ void PairTorch::coeff(int narg, char **arg)
   cutoff = meta.cutoff;
   nlayers = meta.num_interaction_layers;
   ghostneigh = (nlayers > 1) ? 1 : 0;
+  // a message-passing model's atomic energy depends on edges around other
+  // atoms: no per-atom centroid virial follows from the edge gradients, and
+  // a pairwise split would be wrong (compute centroid/stress/atom refuses it)
+  centroidstressflag = (nlayers == 1 && centroid_supported) ? CENTROID_AVAIL : CENTROID_NOTAVAIL;
 
   if (comm->me == 0)
     utils::logmesg(lmp,
@@ -369,7 +375,7 @@ void PairTorch::compute(int eflag, int vflag)
   const double *g = output->edge_grad.data();
   const double *r = edge_vec.data();
   const int64_t nedges = in.n_edges;
-  const bool do_virial = vflag_global || vflag_atom;
+  const bool do_virial = vflag_global || vflag_atom || cvflag_atom;
   for (int64_t e = 0; e < nedges; e++) {
     const int i = node2atom[edge_index[e]];
     const int j = node2atom[edge_nbr[e]];
@@ -391,6 +397,12 @@ void PairTorch::compute(int eflag, int vflag)
           vatom[i][k] += 0.5 * v[k];
           vatom[j][k] += 0.5 * v[k];
         }
+      if (cvflag_atom) {
+        // the full tensor, on the centre: xx yy zz xy xz yz yx zx zy
+        const double c[9] = {v[0], v[1], v[2], v[3], v[4], v[5],
+                             -re[1] * ge[0], -re[2] * ge[0], -re[2] * ge[1]};
+        for (int k = 0; k < 9; k++) cvatom[i][k] += c[k];
+      }
     }
   }
 }

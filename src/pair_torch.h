@@ -42,8 +42,11 @@ class PairTorch : public Pair {
   double init_one(int, int) override;
   double memory_usage() override;
 
-  // the loaded model (nullptr before pair_coeff); used by fixes
+  // the loaded model (nullptr before pair_coeff); fixes that keep using it
+  // (fix torch/finetune) hold it through shared_model(), so it outlives a
+  // replaced pair style or a new pair_coeff
   MLTorch::Model *model() { return model_.get(); }
+  std::shared_ptr<MLTorch::Model> shared_model() const { return model_; }
   // for fix torch/finetune: the graph of the current step, built from the
   // current neighbor list exactly as compute() builds it; graph_atoms()
   // maps its nodes to local/ghost atom indices
@@ -52,8 +55,6 @@ class PairTorch : public Pair {
   int species_of_type(int type) const { return type2species[type]; }
   const std::string &model_hash() const { return model_hash_; }
   const std::string &model_path() const { return model_file; }
-  // changes whenever pair_coeff loads a model
-  int model_serial() const { return model_serial_; }
   // for fixes that read or change per-atom data on the host only on some
   // steps (their KOKKOS data masks are empty): make the host copies current,
   // and say that host forces were changed. No-ops outside KOKKOS.
@@ -61,15 +62,15 @@ class PairTorch : public Pair {
   virtual void host_forces_modified() {}
 
  protected:
-  std::unique_ptr<MLTorch::Model> model_;
+  std::shared_ptr<MLTorch::Model> model_;
   std::string model_file;
   std::string model_hash_;    // content hash of the loaded file's bytes
-  int model_serial_ = 0;
   std::string device_name;    // torch device, "cpu" unless the device keyword says otherwise
   int nthreads;               // torch intra-op threads; 0 = LAMMPS default
   double cutoff;              // model cutoff
   double cutghost_model;      // ghost cutoff requested for message-passing models
   int nlayers;                // message-passing layers (1 = strictly local)
+  bool centroid_supported = true;    // false: this variant computes no centroid virial
   std::vector<int> type2species;    // LAMMPS type -> model species, -1 for NULL
 
   // graph buffers, grown and reused from step to step

@@ -725,6 +725,23 @@ TEST_F(FinetuneErrors, ModelReloadedAfterFix)
                "pair_coeff * * " + potentials + "/si_local.pt Si", "run 1");
 }
 
+TEST_F(FinetuneErrors, PairStyleReplacedBetweenRuns)
+{
+  // review defect: the fix kept a raw pointer to the pair's model, checked
+  // by address and a per-instance serial number, so a new pair_style torch
+  // could pass the check while the fix used the freed model
+  if (me != 0) GTEST_SKIP();
+  const std::string file = ::testing::TempDir() + "/replaced.restart";
+  base();
+  l->cmds({"fix ft all torch/finetune 1 " + teacher() + " log 0", "run 2 post no",
+           "pair_style lj/cut 4.0", "pair_coeff * * 0.01 2.0"});
+  // commands that initialise LAMMPS stop with the fix's ERROR (no freed model is read)
+  EXPECT_ERROR("model changed after the fix was defined", "write_restart " + file);
+  EXPECT_ERROR("model changed after the fix was defined", "pair_style torch",
+               "pair_coeff * * " + potentials + "/si_local.pt Si", "run 1 post no");
+  std::remove(file.c_str());
+}
+
 TEST_F(FinetuneErrors, RestartWithOtherModel)
 {
   if (me != 0) GTEST_SKIP();
@@ -786,6 +803,53 @@ TEST(ReplicaErrors, DifferentLearningRates)
             std::string::npos)
       << "got: '" << msg << "'";
   EXPECT_NE(msg.find("lr 0.001"), std::string::npos) << msg;
+}
+
+/* ----------------------------------------------------------------------
+   review defect: init() met the other replicas, so a command that calls
+   it (write_restart, velocity, run 0, ...) in one partition only hung the
+   job. Now only the start of a run and the updates meet them.
+------------------------------------------------------------------------- */
+
+static std::string partition_run(const std::vector<std::string> &between)
+{
+  Lammps l(MPI_COMM_WORLD, partitions());
+  std::string values;
+  for (int w = 0; w < nprocs; ++w) values += " " + std::to_string(w);
+  l.cmd("variable p world" + values);
+  l.cmds(silicon(2, 7, "ortho"));
+  l.cmds({"pair_style torch", "pair_coeff * * " + student + " Si",
+          "fix ft all torch/finetune 5 " + teacher() + " log 0", "fix md all nve",
+          "run 10 post no"});
+  try {
+    l.cmds(between);
+    l.cmd("run 10 post no");
+  } catch (std::exception &e) {
+    return e.what();
+  }
+  auto *fix = dynamic_cast<LAMMPS_NS::FixTorchFinetune *>(l.lmp->modify->fix[l.lmp->modify->find_fix("ft")]);
+  return fix && fix->updates() == 4 ? "" : "wrong number of updates";
+}
+
+TEST(ReplicaErrors, CommandsThatInitInOnePartitionDoNotHang)
+{
+  if (nprocs < 2) GTEST_SKIP() << "needs >= 2 MPI ranks";
+  const std::string file = ::testing::TempDir() + "/partition0.restart";
+  const std::string data = ::testing::TempDir() + "/partition0.data";
+  EXPECT_EQ(partition_run({"if \"${p} == 0\" then \"write_restart " + file + "\"",
+                           "if \"${p} == 0\" then \"write_data " + data + "\"",
+                           "if \"${p} > 0\" then \"velocity all scale 600.0\""}),
+            "");
+  std::remove(file.c_str());
+  std::remove(data.c_str());
+}
+
+TEST(ReplicaErrors, ExtraRunInOnePartitionStopsWithError)
+{
+  if (nprocs < 2) GTEST_SKIP() << "needs >= 2 MPI ranks";
+  const std::string msg = partition_run({"if \"${p} == 0\" then \"run 0 post no\""});
+  EXPECT_NE(msg.find("replicas disagree"), std::string::npos) << "got: '" << msg << "'";
+  EXPECT_NE(msg.find("run 0 steps"), std::string::npos) << "got: '" << msg << "'";
 }
 
 /* ---------------------------------------------------------------------- */
