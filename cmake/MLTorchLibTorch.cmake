@@ -19,6 +19,10 @@ set(ML_TORCH_PYTHON "" CACHE FILEPATH "Python interpreter with the torch wheel, 
 
 if(ML_TORCH_USE_TORCH_CONFIG)
   find_package(Torch REQUIRED)
+  if(TORCH_CXX_FLAGS MATCHES "_GLIBCXX_USE_CXX11_ABI=0")
+    message(FATAL_ERROR "LibTorch at ${Torch_DIR} uses the pre-C++11 ABI (_GLIBCXX_USE_CXX11_ABI=0), which "
+                        "would have to be imposed on all of LAMMPS; use a LibTorch with the C++11 ABI")
+  endif()
   add_library(MLTorch::libtorch INTERFACE IMPORTED)
   target_link_libraries(MLTorch::libtorch INTERFACE torch)
   get_filename_component(ML_TORCH_LIBTORCH_PREFIX "${Torch_DIR}/../../.." ABSOLUTE)
@@ -62,9 +66,16 @@ else()
     set(ML_TORCH_LIBTORCH_CUDA OFF)
   endif()
   target_link_libraries(MLTorch::libtorch INTERFACE ${_libs})
+  # A LibTorch built with the pre-C++11 string ABI (_GLIBCXX_USE_CXX11_ABI=0,
+  # the "pre-cxx11" downloads and wheels before torch 2.7) would need that
+  # flag on every file that includes its headers, and the ML-TORCH core
+  # passes std::string to LAMMPS code: the flag would have to spread over all
+  # of LAMMPS and into plugins loaded next to other C++ libraries. Refuse it.
   file(READ "${_p}/share/cmake/Torch/TorchConfig.cmake" _cfg)
   if(_cfg MATCHES "_GLIBCXX_USE_CXX11_ABI=0")
-    target_compile_definitions(MLTorch::libtorch INTERFACE _GLIBCXX_USE_CXX11_ABI=0)
+    message(FATAL_ERROR "LibTorch at ${_p} uses the pre-C++11 ABI (_GLIBCXX_USE_CXX11_ABI=0), which "
+                        "would have to be imposed on all of LAMMPS. Use a LibTorch with the C++11 ABI: "
+                        "the 'cxx11 ABI' LibTorch download, or a torch wheel >= 2.7 via -DML_TORCH_PYTHON.")
   endif()
   set_property(TARGET MLTorch::libtorch APPEND PROPERTY INTERFACE_LINK_OPTIONS "LINKER:-rpath,${_p}/lib")
 endif()

@@ -319,6 +319,7 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::build_graph_device
 template <class DeviceType> void PairTorchKokkos<DeviceType>::compute(int eflag_in, int vflag_in)
 {
   ev_init(eflag_in, vflag_in, 0);
+  MLTorch::set_num_threads(torch_threads);
   if (eflag_atom && (int) k_eatom.extent(0) < maxeatom) {
     memoryKK->destroy_kokkos(k_eatom, eatom);
     memoryKK->create_kokkos(k_eatom, eatom, maxeatom, "pair:eatom");

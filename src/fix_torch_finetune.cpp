@@ -48,9 +48,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <cstdint>
+#include <cstring>
 #include <exception>
+#include <limits>
 
 using namespace LAMMPS_NS;
 using namespace FixConst;
@@ -152,7 +153,7 @@ FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
     Fix(lmp, narg, arg), w_energy(1.0), w_force(1.0), w_stress(0.0),
     opt(std::make_unique<MLTorch::OptimizerSettings>()), schedule("constant"), sched_a(0.0),
     sched_b(0.0), clip(0.0), accumulate(1), max_force_error(0.0), rollback_factor(0.0),
-    save_every(0), log_every(1), check_every(10), replay_capacity(0), replay_mix(0),
+    save_every(0), log_every(100), check_every(10), replay_capacity(0), replay_mix(0),
     replay_mbytes(256.0), student(nullptr), teacher(nullptr), synced(false),
     pending(0), nupdates(0), nskipped(0), nrollbacks(0), nchecks(0), nconfigs(0), loss_ema(-1.0),
     acc_loss(0), acc_se_e(0), acc_se_f(0), acc_nf(0), acc_se_w(0), acc_n(0), nmax(0),
@@ -314,6 +315,9 @@ FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
 
   // the student: the pair_style torch model the MD runs with
   student = dynamic_cast<PairTorch *>(force->pair_match("^torch", 0));
+  if (!student && force->pair_match("^torch", 0, 2))
+    error->all(FLERR, "Fix torch/finetune trains one model, but pair_style hybrid has several torch "
+                      "sub-styles; train them in separate runs, each with one torch sub-style");
   if (!student || !student->model())
     error->all(FLERR, "Fix torch/finetune requires pair_style torch with its pair_coeff defined "
                       "before the fix");
@@ -514,6 +518,9 @@ void FixTorchFinetune::init()
   student = pair;
   if (force->newton_pair == 0)
     error->all(FLERR, "Fix torch/finetune requires newton pair on");
+  // the fix acts on the full force of a step (post_force); rRESPA splits it
+  if (utils::strmatch(update->integrate_style, "^respa"))
+    error->all(FLERR, "Fix torch/finetune does not support run_style respa; use run_style verlet");
 
   // the teacher gets its own neighbor list; it must fit in the ghost shell
   teacher->init();
@@ -1115,7 +1122,6 @@ void FixTorchFinetune::write_restart(FILE *fp)
     error->warning(FLERR, "Fix torch/finetune: write_restart between updates: the {} "
                           "configuration(s) accumulated since the last update are not stored",
                    pending);
-  if (comm->me != 0) return;
   std::string out;
   put(out, RESTART_VERSION);
   put_bytes(out, model_hash);
@@ -1129,6 +1135,17 @@ void FixTorchFinetune::write_restart(FILE *fp)
   put_bytes(out, trainer->state());
   put_bytes(out, good_params);
   put_bytes(out, good_optimizer);
+  // a fix's global restart record has an int size: parameters, two Adam
+  // moments and the rollback copies pass 2 GB near 90 M float32 parameters.
+  // Every rank holds the same state, so all of them stop together.
+  if (out.size() > static_cast<std::size_t>(std::numeric_limits<int>::max()))
+    error->all(FLERR,
+               "Fix torch/finetune: its restart state ({:.2f} GB: parameters, optimizer state{}) "
+               "exceeds the 2 GB a LAMMPS restart file holds per fix; keep the model with the "
+               "'save' keyword instead of write_restart{}",
+               out.size() / 1e9, good_params.empty() ? "" : " and rollback copies",
+               good_params.empty() ? "" : ", or drop 'rollback' to halve the state");
+  if (comm->me != 0) return;
   const int n = static_cast<int>(out.size());
   fwrite(&n, sizeof(int), 1, fp);
   fwrite(out.data(), 1, out.size(), fp);

@@ -12,6 +12,8 @@
 
 #include <mpi.h>
 
+#include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -61,23 +63,25 @@ namespace MLTorchMPI {
   }
 
   // compare a string across all ranks of `comm`: the lowest rank whose
-  // string differs from rank 0's (then `first` and `other` hold both), or -1
-  inline int first_differing_rank(std::string mine, MPI_Comm comm, std::string &first,
+  // string differs from rank 0's (then `first` and `other` hold both), or -1.
+  // Ranks compare a 64-bit hash with rank 0's (one broadcast and one
+  // reduction, whatever the rank count); the strings travel only on a mismatch.
+  inline int first_differing_rank(const std::string &mine, MPI_Comm comm, std::string &first,
                                   std::string &other)
   {
-    int nprocs = 1;
-    MPI_Comm_size(comm, &nprocs);
-    int len = static_cast<int>(mine.size()), maxlen = 0;
-    MPI_Allreduce(&len, &maxlen, 1, MPI_INT, MPI_MAX, comm);
-    mine.resize(maxlen, ' ');
-    std::vector<char> all(static_cast<std::size_t>(maxlen) * nprocs);
-    MPI_Allgather(&mine[0], maxlen, MPI_CHAR, all.data(), maxlen, MPI_CHAR, comm);
-    first.assign(all.data(), maxlen);
-    for (int r = 1; r < nprocs; ++r) {
-      other.assign(all.data() + static_cast<std::size_t>(r) * maxlen, maxlen);
-      if (other != first) return r;
-    }
-    return -1;
+    int me = 0;
+    MPI_Comm_rank(comm, &me);
+    long long hash = static_cast<long long>(std::hash<std::string>{}(mine)), hash0 = hash;
+    MPI_Bcast(&hash0, 1, MPI_LONG_LONG, 0, comm);
+    const int mismatch = (hash != hash0) ? me : std::numeric_limits<int>::max();
+    int r = mismatch;
+    MPI_Allreduce(&mismatch, &r, 1, MPI_INT, MPI_MIN, comm);
+    if (r == std::numeric_limits<int>::max()) return -1;
+    first = mine;
+    broadcast_bytes(first, 0, comm);
+    other = mine;
+    broadcast_bytes(other, r, comm);
+    return r;
   }
 
 }    // namespace MLTorchMPI

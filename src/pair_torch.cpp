@@ -10,6 +10,7 @@
 #include "pair_torch.h"
 
 #include "atom.h"
+#include "citeme.h"
 #include "comm.h"
 #include "error.h"
 #include "force.h"
@@ -32,6 +33,14 @@ using namespace LAMMPS_NS;
 
 using MLTorchMPI::join_words;
 
+static const char cite_ml_torch[] =
+    "ML-TORCH package (pair_style torch, fix torch/finetune):\n\n"
+    "@Misc{ML-TORCH,\n"
+    " title = {{ML-TORCH}: machine-learned potentials in {PyTorch} on {LAMMPS}'s domain "
+    "decomposition, with distributed online fine-tuning},\n"
+    " note = {LAMMPS package, version 0.1.0}\n"
+    "}\n\n";
+
 /* ---------------------------------------------------------------------- */
 
 PairTorch::PairTorch(LAMMPS *lmp) :
@@ -47,6 +56,7 @@ PairTorch::PairTorch(LAMMPS *lmp) :
   // edge's -r_ij (x) g_ij belongs to its centre i, whose energy it enters
   // (set per model in coeff(); message-passing models have no such split)
   centroidstressflag = CENTROID_AVAIL;
+  if (lmp->citeme) lmp->citeme->add(cite_ml_torch);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -84,6 +94,10 @@ void PairTorch::allocate()
 
 void PairTorch::settings(int narg, char **arg)
 {
+  // re-issuing pair_style torch keeps the model (LAMMPS keeps coefficients)
+  // but takes the new settings: omitted keywords get their defaults again
+  nthreads = 0;
+  device_name = "cpu";
   int iarg = 0;
   while (iarg < narg) {
     if (strcmp(arg[iarg], "threads") == 0) {
@@ -170,6 +184,7 @@ void PairTorch::coeff(int narg, char **arg)
   MLTorchMPI::broadcast_bytes(model_file, 0, world);
   MLTorchMPI::broadcast_bytes(bytes, 0, world);
 
+  MLTorch::set_single_interop_thread();
   std::unique_ptr<MLTorch::Model> loaded;
   try {
     loaded = std::make_unique<MLTorch::Model>(bytes, model_file, torch_device());
@@ -237,7 +252,15 @@ void PairTorch::init_style()
   MLTorchCompat::request_full_list(neighbor, this, nlayers > 1, instance_me);
 
   // a model with L message-passing layers sees atoms L cutoffs away:
-  // make LAMMPS keep ghost atoms out to L*rc (+ skin for atom motion)
+  // make LAMMPS keep ghost atoms out to L*rc (+ skin for atom motion).
+  // comm_modify mode multi takes per-type cutoffs and ignores that setting
+  // (cutghostuser is for mode single): the model would miss ghosts silently
+  if (nlayers > 1 && comm->mode != Comm::SINGLE)
+    error->all(FLERR,
+               "Pair style torch: message-passing model {} ({} layers) needs ghost atoms out to "
+               "{} x cutoff + skin, which comm_modify mode multi does not provide; use "
+               "'comm_modify mode single'",
+               model_file, nlayers, nlayers);
   if (nlayers > 1) {
     cutghost_model = nlayers * cutoff + neighbor->skin;
     if (comm->cutghostuser < cutghost_model) {
@@ -258,9 +281,22 @@ void PairTorch::init_style()
     if (env) nt = std::atoi(env);
   }
   if (nt < 1) nt = 1;
+  torch_threads = nt;
   MLTorch::set_num_threads(nt);
   if (comm->me == 0)
     utils::logmesg(lmp, "pair_style torch: {} LibTorch thread(s) per MPI rank\n", nt);
+
+  // a re-issued pair_style may name another device: the model follows
+  const std::string dev = torch_device();
+  bool ok = true;
+  std::string message;
+  try {
+    model_->to_device(dev);
+  } catch (std::exception &e) {
+    ok = false;
+    message = e.what();
+  }
+  collective_check(ok, message);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -353,6 +389,9 @@ void PairTorch::training_graph(MLTorch::GraphInput &in)
 void PairTorch::compute(int eflag, int vflag)
 {
   ev_init(eflag, vflag);
+  // LibTorch's thread count is per process: another torch style (a teacher)
+  // may have set its own since our last step
+  MLTorch::set_num_threads(torch_threads);
   build_graph();
 
   MLTorch::GraphInput in;

@@ -67,6 +67,7 @@ class PairTorch : public Pair {
   std::string model_hash_;    // content hash of the loaded file's bytes
   std::string device_name;    // torch device, "cpu" unless the device keyword says otherwise
   int nthreads;               // torch intra-op threads; 0 = LAMMPS default
+  int torch_threads = 1;      // the count init_style() chose, set before every evaluation
   double cutoff;              // model cutoff
   double cutghost_model;      // ghost cutoff requested for message-passing models
   int nlayers;                // message-passing layers (1 = strictly local)

@@ -375,6 +375,26 @@ std::vector<double> loss_gradient(MLTorch::Model &m, const std::vector<Domain> &
 }
 }    // namespace
 
+TEST(TrainingErrors, WrongNumberOfForceWeights)
+{
+  // the size is checked before the weights are read (review defect)
+  auto m = load(potentials + "/si_local.pt");
+  const Domain d = make_domain({0, 0, 0, 2.3, 0, 0, 0, 2.3, 0}, {0, 1, 2}, 3, {true, true, true},
+                               m->metadata().cutoff);
+  double e = 0.0;
+  std::vector<double> f;
+  m->forward_train(input_of(d), e, f);
+  ASSERT_GT(f.size(), 3u);
+  try {
+    m->backward_train(std::vector<double>(3, 1.0), 1.0);
+    FAIL() << "no error for 3 weights";
+  } catch (MLTorch::ModelError &err) {
+    EXPECT_NE(std::string(err.what()).find("3 force weights for " + std::to_string(f.size())),
+              std::string::npos)
+        << err.what();
+  }
+}
+
 TEST(DistributedGradient, TwoDomainsEqualOne)
 {
   auto m = load(potentials + "/si_local.pt");

@@ -742,6 +742,25 @@ TEST_F(FinetuneErrors, PairStyleReplacedBetweenRuns)
   std::remove(file.c_str());
 }
 
+TEST_F(FinetuneErrors, RespaIsRefused)
+{
+  if (me != 0) GTEST_SKIP();
+  base();
+  EXPECT_ERROR("does not support run_style respa", "run_style respa 2 2 pair 2",
+               "fix ft all torch/finetune 1 " + teacher() + " log 0", "run 1 post no");
+}
+
+TEST_F(FinetuneErrors, TwoTorchSubStyles)
+{
+  if (me != 0) GTEST_SKIP();
+  l->cmds(silicon(2, 7, "ortho"));
+  EXPECT_ERROR("pair_style hybrid has several torch sub-styles",
+               "pair_style hybrid/overlay torch torch",
+               "pair_coeff * * torch 1 " + potentials + "/si_local.pt Si",
+               "pair_coeff * * torch 2 " + potentials + "/si_local.pt Si",
+               "fix ft all torch/finetune 1 " + teacher());
+}
+
 TEST_F(FinetuneErrors, RestartWithOtherModel)
 {
   if (me != 0) GTEST_SKIP();

@@ -176,6 +176,31 @@ TEST_F(PairTorchErrors, ThreadsKeywordWorks)
             "");
 }
 
+TEST_F(PairTorchErrors, ReissuedDeviceIsUsed)
+{
+  // a re-issued pair_style keeps the model but takes the new device: before,
+  // the model stayed where it was loaded and 'device cuda' was ignored
+  box();
+  const std::string msg = error_of({"pair_style torch", "pair_coeff * * " + potentials + "/lj_Ar.pt Ar",
+                                    "run 0 post no", "pair_style torch device cuda:7", "run 0 post no"});
+  EXPECT_TRUE(msg.find("sees no CUDA device; use 'device cpu'") != std::string::npos ||
+              msg.find("CUDA device(s) exist") != std::string::npos)
+      << "got: '" << msg << "'";
+}
+
+TEST_F(PairTorchErrors, MessagePassingWithCommModeMulti)
+{
+  cmd("units metal");
+  cmd("lattice diamond 5.431");
+  cmd("region box block 0 3 0 3 0 3");
+  cmd("create_box 1 box");
+  cmd("create_atoms 1 box");
+  cmd("mass * 28.0855");
+  EXPECT_ERROR("which comm_modify mode multi does not provide; use 'comm_modify mode single'",
+               "neighbor 2.0 multi", "comm_modify mode multi", "pair_style torch",
+               "pair_coeff * * " + potentials + "/si_mp2.pt Si", "run 0 post no");
+}
+
 int main(int argc, char **argv)
 {
   MPI_Init(&argc, &argv);

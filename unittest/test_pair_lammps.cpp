@@ -439,6 +439,26 @@ TEST(CentroidStress, MessagePassingModelIsRefused)
 }
 
 /* ----------------------------------------------------------------------
+   a re-issued pair_style torch takes its new settings (omitted keywords go
+   back to their defaults), and the thread count is set before every step
+   (LibTorch's count is per process)
+------------------------------------------------------------------------- */
+
+TEST(Settings, ReissuedPairStyleTakesNewThreads)
+{
+  Lammps l;
+  l.cmds(crystal("lattice diamond 5.431", 28.0855, false, 2));
+  l.cmds({"pair_style torch threads 3", "pair_coeff * * " + potentials + "/si_local.pt Si",
+          "run 0 post no"});
+  EXPECT_EQ(MLTorch::get_num_threads(), 3);
+  MLTorch::set_num_threads(2);    // someone else (a torch teacher) changes it
+  l.cmd("run 0 post no");
+  EXPECT_EQ(MLTorch::get_num_threads(), 3);
+  l.cmds({"pair_style torch", "run 0 post no"});    // default: OMP_NUM_THREADS=1 (ctest)
+  EXPECT_EQ(MLTorch::get_num_threads(), 1);
+}
+
+/* ----------------------------------------------------------------------
    energy conservation with the shipped Si model: 512 atoms, 1 fs, 5 ps NVE
    (run by its own ctest entry: --gtest_filter=NVE.*)
 ------------------------------------------------------------------------- */

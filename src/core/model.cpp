@@ -118,7 +118,21 @@ std::string content_hash(const std::string &bytes)
 
 void set_num_threads(int n)
 {
-  if (n > 0) at::set_num_threads(n);
+  // process-wide in LibTorch: several models (a torch teacher and student)
+  // each set theirs before they run, and setting the same count is a no-op
+  if (n > 0 && at::get_num_threads() != n) at::set_num_threads(n);
+}
+
+void set_single_interop_thread()
+{
+  static bool done = false;
+  if (done) return;
+  done = true;
+  try {
+    at::set_num_interop_threads(1);
+  } catch (std::exception &) {
+    // already set (or used) by the embedding program: keep its choice
+  }
 }
 
 int get_num_threads()
@@ -208,6 +222,14 @@ const Metadata &Model::metadata() const
 std::string Model::device() const
 {
   return impl->device.str();
+}
+
+void Model::to_device(const std::string &device)
+{
+  const torch::Device dev = parse_device(device, impl->source);
+  if (dev == impl->device) return;
+  impl->module.to(dev);
+  impl->device = dev;
 }
 
 // Graph tensors for the model and its forward pass, with the contract checks
@@ -341,12 +363,13 @@ void Model::backward_train(const std::vector<double> &node_force_weights, double
 {
   if (!impl->train_energy.defined()) throw ModelError("backward_train() without forward_train()");
   auto &F = impl->train_forces;
-  auto w = torch::from_blob(const_cast<double *>(node_force_weights.data()), F.sizes(),
-                            torch::TensorOptions().dtype(torch::kFloat64))
-               .to(F.device(), F.scalar_type());
+  // checked before the weights are wrapped (from_blob reads F.numel() values)
   if (static_cast<int64_t>(node_force_weights.size()) != F.numel())
     throw ModelError("backward_train(): " + std::to_string(node_force_weights.size()) +
                      " force weights for " + std::to_string(F.numel()) + " force components");
+  auto w = torch::from_blob(const_cast<double *>(node_force_weights.data()), F.sizes(),
+                            torch::TensorOptions().dtype(torch::kFloat64))
+               .to(F.device(), F.scalar_type());
   auto objective = (w * F).sum() + energy_weight * impl->train_energy;
   if (virial_weights) {
     auto c = torch::from_blob(const_cast<double *>(virial_weights), {6},

@@ -72,6 +72,8 @@ class Model {
 
   const Metadata &metadata() const;
   std::string device() const;
+  // move the parameters and buffers to another torch device (cpu, cuda:N)
+  void to_device(const std::string &device);
 
   // Energy and dE/dr_ij by one autograd pass; node energies on request.
   void evaluate(const GraphInput &in, GraphOutput &out, bool want_node_energy) const;
@@ -172,6 +174,10 @@ void set_num_threads(int n);
 int get_num_threads();
 // CUDA devices LibTorch sees (0 without CUDA)
 int cuda_device_count();
+// LibTorch's inter-op pool: one thread (models run one after the other;
+// MPI ranks and intra-op threads fill the cores). Only the first call of a
+// process has an effect, as LibTorch allows.
+void set_single_interop_thread();
 std::string libtorch_version();
 
 }    // namespace MLTorch
