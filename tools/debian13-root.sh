@@ -54,8 +54,11 @@ run_in() {
       mkdir -p "$root$d"
       mountpoint -q "$root$d" || mount --bind "$d" "$root$d"
     done
+    # one node: Open MPI between ranks through shared memory (its TCP
+    # transport finds no usable interface pairs inside the root and says so)
     exec chroot "$root" /usr/bin/env -u LD_LIBRARY_PATH -u LIBRARY_PATH -u CPATH -u CUDA_HOME -C "$PWD" \
-      PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"'
+      PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+      OMPI_MCA_btl="${OMPI_MCA_btl:-self,sm}" "$@"'
   exec unshare --mount --propagation private /bin/bash -c "$script" run-in "$root" "${#binds[@]}" \
     "${binds[@]}" "$@"
 }

@@ -4,6 +4,8 @@
    torch/finetune on top of torch/kk. Run under mpirun (1 and 4 ranks).
 ------------------------------------------------------------------------- */
 
+#include "atom.h"
+#include "comm.h"
 #include "fix_torch_finetune.h"
 #include "force.h"
 #include "input.h"
@@ -11,6 +13,8 @@
 #include "library.h"
 #include "modify.h"
 #include "pair.h"
+
+#include "model.h"
 
 #include "../lammps_session.h"
 #include "../mpi_test_main.h"
@@ -22,6 +26,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -197,8 +203,8 @@ TEST(KokkosCapacity, NoAllocationInSteadyStateAndGrowth)
   Lammps l(true);
   // atoms fill two thirds of the box; more are added later
   l.cmds({"units metal", "atom_modify map array", "newton on", "lattice fcc 5.26",
-          "region box block 0 3 0 3 0 3", "create_box 1 box", "region first block 0 2 0 3 0 3",
-          "region rest block 2 3 0 3 0 3", "create_atoms 1 region first", "mass 1 39.948",
+          "region box block 0 3 0 3 0 3", "create_box 1 box", "region first block 0 1.9 0 3 0 3",
+          "region rest block 1.9 3 0 3 0 3", "create_atoms 1 region first", "mass 1 39.948",
           "displace_atoms all random 0.1 0.1 0.1 4321 units box", "velocity all create 60 4928 loop geom",
           "pair_style torch", "pair_coeff * * " + potentials + "/lj_Ar.pt Ar", "fix md all nve",
           "run 100 post no"});
@@ -296,12 +302,12 @@ TEST(KokkosEmptyRanks, AtomsInOneCorner)
   // a non-periodic box four times wider than the crystal along x: with
   // 2 or 4 ranks along x the far ranks have neither atoms nor ghosts
   const std::vector<std::string> setup{
+      "processors " + std::to_string(nprocs) + " 1 1",
       "units metal", "atom_modify map array", "newton on", "boundary f p p",
       "lattice diamond 5.431", "region box block 0 12 0 2 0 2", "create_box 1 box",
-      "region crystal block 0 2.5 0 2 0 2", "create_atoms 1 region crystal", "mass 1 28.0855",
+      "region crystal block 0.2 2.7 0 2 0 2", "create_atoms 1 region crystal", "mass 1 28.0855",
       "displace_atoms all random 0.1 0.1 0.1 4321 units box",
-      "velocity all create 600 4928 loop geom",
-      "processors " + std::to_string(nprocs) + " 1 1"};
+      "velocity all create 600 4928 loop geom"};
   const System sys{"corner", setup, ""};
   const std::string coeff = "pair_coeff * * " + potentials + "/si_local.pt Si";
   Snapshot cpu, kk;
@@ -309,15 +315,53 @@ TEST(KokkosEmptyRanks, AtomsInOneCorner)
     Lammps l(false);
     cpu = run(l, sys, "pair_style torch", coeff, 10);
   }
+  int empty = 0;
   {
     Lammps l(true);
     kk = run(l, sys, "pair_style torch", coeff, 10);
+    const int mine = (l.lmp->atom->nlocal + l.lmp->atom->nghost == 0) ? 1 : 0;
+    MPI_Allreduce(&mine, &empty, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   }
+  if (nprocs == 4) EXPECT_EQ(empty, 2);    // ranks 2 and 3 hold no atom at all
   const double d[3] = {rel(kk.pe, cpu.pe), rel(kk.f, cpu.f), rel(kk.virial, cpu.virial)};
+  if (me == 0)
+    std::printf("[ empty ranks ] %d without atoms or ghosts;", empty);
   if (me == 0)
     std::printf("[ empty ranks ] %d rank(s), atoms in the first %s of the box: pe %.2g f %.2g "
                 "virial %.2g\n", nprocs, "quarter", d[0], d[1], d[2]);
   for (double v : d) EXPECT_LE(v, 1e-12);
+}
+
+/* ----------------------------------------------------------------------
+   LibTorch (the PyPI wheel brings its libgomp) and Kokkos OpenMP (built
+   against the system's) in one process: one OpenMP runtime is loaded, and
+   LibTorch's thread count is Kokkos's (-k on t N), so a rank uses N threads
+------------------------------------------------------------------------- */
+
+TEST(KokkosThreads, OneOpenMPRuntimeAndOneThreadCount)
+{
+  Lammps l(true);
+  l.cmds(lattice("lattice fcc 5.26", 39.948, 3, false));
+  l.cmds({"pair_style torch", "pair_coeff * * " + potentials + "/lj_Ar.pt Ar", "run 0 post no"});
+  std::set<std::string> runtimes;
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    const auto slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    const std::string path = line.substr(slash);
+    const std::string base = path.substr(path.rfind('/') + 1);
+    if (base.rfind("libgomp", 0) == 0 || base.rfind("libomp", 0) == 0 || base.rfind("libiomp", 0) == 0)
+      runtimes.insert(path);
+  }
+  const int t = std::atoi(kokkos_threads().c_str());
+  std::string list;
+  for (const auto &r : runtimes) list += " " + r;
+  if (me == 0)
+    std::printf("[ threads ] -k on t %d: LAMMPS threads %d, LibTorch threads %d, OpenMP runtime(s):%s\n",
+                t, l.lmp->comm->nthreads, MLTorch::get_num_threads(), list.c_str());
+  EXPECT_EQ(runtimes.size(), 1u) << list;
+  EXPECT_EQ(l.lmp->comm->nthreads, t);
+  EXPECT_EQ(MLTorch::get_num_threads(), t);
 }
 
 /* ----------------------------------------------------------------------
@@ -408,7 +452,9 @@ static Snapshot finetune_run(bool kokkos)
   r.pe = l.thermo("pe");
   r.press = l.thermo("press");
   r.f = l.gather("f", 3);
-  r.virial = {l.thermo("f_ft[1]")};
+  auto *fix = dynamic_cast<LAMMPS_NS::FixTorchFinetune *>(l.lmp->modify->fix[l.lmp->modify->find_fix("ft")]);
+  // the loss of the last update, and the number of updates
+  r.virial = {fix ? fix->compute_vector(0) : -1.0, fix ? static_cast<double>(fix->updates()) : -1.0};
   return r;
 }
 
@@ -421,6 +467,7 @@ TEST(KokkosFinetune, TrajectoryWithUpdatesEqualsCpuStyle)
     std::printf("[ finetune ] 20 steps, 4 updates, torch/kk vs torch: pe %.2g f %.2g loss %.2g\n",
                 d[0], d[1], d[2]);
   EXPECT_GT(cpu.virial[0], 0.0);    // a real loss
+  EXPECT_EQ(cpu.virial[1], 4.0);    // updates on steps 5, 10, 15 and 20
   for (double v : d) EXPECT_LE(v, 1e-9);
 }
 
