@@ -409,7 +409,9 @@ int64_t PairTorchKokkos<DeviceType>::accumulate_device(bool want_virial, double 
       KOKKOS_LAMBDA(int64_t e, int64_t &bad) {
         const int i = atom_of(index(e)), j = atom_of(index(second + e));
         for (int k = 0; k < 3; ++k) {
-          if (!Kokkos::isfinite(grad(e, k))) ++bad;
+          // g - g is 0 for finite g, NaN for NaN or +-inf (Kokkos 3.4 has no
+          // Kokkos::isfinite; LAMMPS builds without -ffast-math)
+          if (!(grad(e, k) - grad(e, k) == 0.0)) ++bad;
           Kokkos::atomic_add(&lf(i, k), static_cast<acc_t>(grad(e, k)));
           Kokkos::atomic_add(&lf(j, k), static_cast<acc_t>(-grad(e, k)));
         }

@@ -55,16 +55,23 @@ styles=$kdir/lammps/styles
 
 echo "nvcc: $("$nvcc" --version | tail -n1)"
 echo "Kokkos headers: $src_inc of the Debian 13 root ($(sed -n 's/^#define KOKKOS_VERSION \([0-9]*\)$/\1/p' "$k/KokkosCore_config.h")), configured for Serial + CUDA (HOPPER90)"
-start=$(date +%s)
-"$nvcc" -std=c++20 -x cu -arch=sm_90 --extended-lambda --expt-relaxed-constexpr -O2 -c \
-  -DLAMMPS_SMALLBIG -DLMP_KOKKOS -DLMP_KOKKOS_DOUBLE_DOUBLE -DLMP_KOKKOS_LAYOUT_LEGACY \
-  -DML_TORCH_KOKKOS_PRECISION_LAYER -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX \
-  -I"$k" -I"$lammps/src/KOKKOS" -I"$lammps/src" -I"$styles" -I"$here/src" -I"$here/src/core" -I"$here/kokkos" \
-  -I"$mpi_inc" "$here/kokkos/pair_torch_kokkos.cpp" -o "$work/pair_torch_kokkos.o" 2>&1 | tee "$work/nvcc.log" \
-  | grep -v "^$" | head -60
-rc=${PIPESTATUS[0]}
-[ "$rc" -eq 0 ] || { echo "CUDA compile check FAILED (nvcc exit $rc; log $work/nvcc.log)"; exit 1; }
-syms=$(nm -C "$work/pair_torch_kokkos.o" | grep -c "PairTorchKokkos<Kokkos::Device<Kokkos::Cuda" || true)
-echo "CUDA compile check passed in $(( $(date +%s) - start )) s: $work/pair_torch_kokkos.o," \
-     "$syms PairTorchKokkos<Kokkos::Device<Kokkos::Cuda,...>> symbols"
-[ "$syms" -gt 0 ]
+# LAMMPS's KOKKOS precisions: double (the default) and mixed (float
+# positions, double accumulators), the common choice on GPUs
+for prec in DOUBLE_DOUBLE SINGLE_DOUBLE; do
+  start=$(date +%s)
+  obj=$work/pair_torch_kokkos.$prec.o
+  rc=0
+  "$nvcc" -std=c++20 -x cu -arch=sm_90 --extended-lambda --expt-relaxed-constexpr -O2 -c \
+    -DLAMMPS_SMALLBIG -DLMP_KOKKOS -DLMP_KOKKOS_$prec -DLMP_KOKKOS_LAYOUT_LEGACY \
+    -DML_TORCH_KOKKOS_PRECISION_LAYER -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX \
+    -I"$k" -I"$lammps/src/KOKKOS" -I"$lammps/src" -I"$styles" -I"$here/src" -I"$here/src/core" -I"$here/kokkos" \
+    -I"$mpi_inc" "$here/kokkos/pair_torch_kokkos.cpp" -o "$obj" > "$work/nvcc.$prec.log" 2>&1 || rc=$?
+  head -n 60 "$work/nvcc.$prec.log"
+  [ "$rc" -eq 0 ] || { echo "CUDA compile check ($prec) FAILED (nvcc exit $rc; log $work/nvcc.$prec.log)"; exit 1; }
+  syms=$(nm -C "$obj" | grep -c " [TW] LAMMPS_NS::PairTorchKokkos<Kokkos::Cuda>::" || true)
+  # device kernels: one host launch stub per parallel_for/reduce/scan of ours
+  kernels=$(nm "$obj" | grep -v " b " | grep -c "__device_stub__.*PairTorchKokkos" || true)
+  echo "CUDA compile check ($prec) passed in $(( $(date +%s) - start )) s: $obj," \
+       "$syms PairTorchKokkos<Kokkos::Cuda> member functions, $kernels CUDA kernel launch stubs"
+  [ "$syms" -gt 0 ] && [ "$kernels" -gt 0 ]
+done
