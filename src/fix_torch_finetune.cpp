@@ -522,6 +522,35 @@ void FixTorchFinetune::init()
   if (utils::strmatch(update->integrate_style, "^respa"))
     error->all(FLERR, "Fix torch/finetune does not support run_style respa; use run_style verlet");
 
+  // The teacher labels the whole system; in a pair_style hybrid run the fix
+  // subtracts the other sub-styles' forces, energy and virial, so the model
+  // learns its own share. So the teacher needs every type pair.
+  const int ntypes = atom->ntypes;
+  for (int i = 1; i <= ntypes; ++i)
+    for (int j = i; j <= ntypes; ++j)
+      if (!teacher->setflag[i][j] && !teacher->setflag[j][i])
+        error->all(FLERR,
+                   "Fix torch/finetune teacher: its coefficients leave atom types {} and {} "
+                   "without interaction; the teacher must describe the whole system (no NULL "
+                   "elements): with pair_style hybrid the fix removes the other sub-styles' share",
+                   i, j);
+  others.clear();
+  if (utils::strmatch(force->pair_style, "^hybrid")) {
+    // sub-styles by name (pair_match), every instance of each
+    for (const auto &entry : *force->pair_map) {
+      Pair *prev = nullptr;
+      for (int n = 1;; ++n) {
+        Pair *p = force->pair_match(entry.first, 1, n);
+        if (!p || p == prev) break;
+        prev = p;
+        // (pair_match also answers "hybrid" with the hybrid style itself)
+        if (p != student && p != force->pair &&
+            std::find(others.begin(), others.end(), p) == others.end())
+          others.push_back(p);
+      }
+    }
+  }
+
   // the teacher gets its own neighbor list; it must fit in the ghost shell
   teacher->init();
   const double skin = neighbor->skin;
@@ -612,13 +641,25 @@ void FixTorchFinetune::teacher_labels(double &e_ref, double *w_ref)
     std::memcpy(&fsave[0][0], &f[0][0], sizeof(double) * 3 * nall);
     std::memset(&f[0][0], 0, sizeof(double) * 3 * nall);
   }
+  // the other hybrid sub-styles go in first with the opposite sign: the
+  // labels are the teacher's minus their share (their lists are this step's)
+  double e_other = 0.0, w_other[6] = {0, 0, 0, 0, 0, 0};
+  if (!others.empty()) {
+    for (Pair *p : others) {
+      p->compute(ENERGY_GLOBAL, VIRIAL_PAIR);
+      e_other += p->eng_vdwl + p->eng_coul;
+      for (int k = 0; k < 6; ++k) w_other[k] += p->virial[k];
+    }
+    for (int i = 0; i < nall; ++i)
+      for (int k = 0; k < 3; ++k) f[i][k] = -f[i][k];
+  }
   teacher->compute(ENERGY_GLOBAL, VIRIAL_PAIR);
   comm->reverse_comm();
   f = atom->f;
   if (atom->nlocal > 0) std::memcpy(&fref[0][0], &f[0][0], sizeof(double) * 3 * atom->nlocal);
   if (nall > 0) std::memcpy(&f[0][0], &fsave[0][0], sizeof(double) * 3 * nall);
-  e_ref = teacher->eng_vdwl + teacher->eng_coul;
-  for (int k = 0; k < 6; ++k) w_ref[k] = teacher->virial[k];
+  e_ref = teacher->eng_vdwl + teacher->eng_coul - e_other;
+  for (int k = 0; k < 6; ++k) w_ref[k] = teacher->virial[k] - w_other[k];
 }
 
 /* ---------------------------------------------------------------------- */

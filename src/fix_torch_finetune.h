@@ -89,6 +89,9 @@ class FixTorchFinetune : public Fix {
   std::string model_path, model_hash;    // of the student's model file
   std::unique_ptr<MLTorch::Trainer> trainer;
   class Pair *teacher;
+  // in a pair_style hybrid run: the sub-styles other than the model, whose
+  // share the fix removes from the teacher's labels of the whole system
+  std::vector<class Pair *> others;
   bool synced;
   int pending;    // configurations accumulated since the last update
   bigint nupdates, nskipped, nrollbacks, nchecks, nconfigs;

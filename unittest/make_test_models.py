@@ -6,6 +6,8 @@ import os
 import sys
 
 import torch
+from typing import Tuple
+
 from torch import Tensor, nn
 
 here = os.path.dirname(os.path.abspath(__file__))
@@ -34,12 +36,104 @@ class NanForce(nn.Module):
         return out.index_add(0, edge_index[0], torch.sqrt(d2 - d2.detach()))
 
 
+class NanForSecondSpecies(nn.Module):
+    """Lennard-Jones-like finite energies; around atoms of the second species
+    the forces are not finite (sqrt(d - d), as NanForce). Put such atoms on
+    one MPI rank only to make a failure that only that rank can see."""
+
+    def forward(self, edge_vectors: Tensor, edge_index: Tensor, species: Tensor,
+                n_local: int) -> Tensor:
+        d2 = (edge_vectors * edge_vectors).sum(dim=1)
+        s6 = (3.4 * 3.4 / d2) ** 3
+        term = 2.0 * 0.0104 * (s6 * s6 - s6)
+        bad = (species[edge_index[0]] == 1).to(edge_vectors.dtype)
+        term = term + bad * torch.sqrt(d2 - d2.detach())
+        out = torch.zeros(species.size(0), dtype=edge_vectors.dtype)
+        return out.index_add(0, edge_index[0], term)
+
+
+class WrongShape(nn.Module):
+    """Per-atom energies as a [N, 2] tensor."""
+
+    def forward(self, edge_vectors: Tensor, edge_index: Tensor, species: Tensor,
+                n_local: int) -> Tensor:
+        return torch.zeros(species.size(0), 2, dtype=edge_vectors.dtype) + edge_vectors.sum()
+
+
+class IntegerEnergies(nn.Module):
+    """Per-atom energies as integers (no gradient can flow)."""
+
+    def forward(self, edge_vectors: Tensor, edge_index: Tensor, species: Tensor,
+                n_local: int) -> Tensor:
+        return torch.ones(species.size(0), dtype=torch.int64)
+
+
+class Float32FromFloat64(nn.Module):
+    """Declared float64 but computes and returns float32 energies."""
+
+    def forward(self, edge_vectors: Tensor, edge_index: Tensor, species: Tensor,
+                n_local: int) -> Tensor:
+        r = torch.linalg.norm(edge_vectors.float(), dim=1)
+        out = torch.zeros(species.size(0), dtype=torch.float32)
+        return out.index_add(0, edge_index[0], torch.exp(-r))
+
+
+class TupleOutput(nn.Module):
+    """Returns (energies, something) instead of a tensor."""
+
+    def forward(self, edge_vectors: Tensor, edge_index: Tensor, species: Tensor,
+                n_local: int) -> Tuple[Tensor, Tensor]:
+        e = torch.zeros(species.size(0), dtype=edge_vectors.dtype) + edge_vectors.sum()
+        return e, e
+
+
+class NanWeights(nn.Module):
+    """A pair-energy network whose weights hold a NaN (a broken checkpoint)."""
+
+    def __init__(self, value: float):
+        super().__init__()
+        self.w = nn.Parameter(torch.tensor([1.0, value], dtype=torch.float64))
+
+    def forward(self, edge_vectors: Tensor, edge_index: Tensor, species: Tensor,
+                n_local: int) -> Tensor:
+        r = torch.linalg.norm(edge_vectors, dim=1)
+        out = torch.zeros(species.size(0), dtype=edge_vectors.dtype)
+        return out.index_add(0, edge_index[0], self.w[0] * torch.exp(-r) + self.w[1] * 0.0 * r)
+
+
+class TrainableLJ(nn.Module):
+    """Lennard-Jones as pair_style lj/cut (no shift), half of each pair energy
+    to each atom, with eps and sigma as trainable parameters."""
+
+    def __init__(self, eps: float, sigma: float):
+        super().__init__()
+        self.eps = nn.Parameter(torch.tensor(eps, dtype=torch.float64))
+        self.sigma = nn.Parameter(torch.tensor(sigma, dtype=torch.float64))
+
+    def forward(self, edge_vectors: Tensor, edge_index: Tensor, species: Tensor,
+                n_local: int) -> Tensor:
+        d2 = (edge_vectors * edge_vectors).sum(dim=1)
+        s6 = (self.sigma * self.sigma / d2) ** 3
+        out = torch.zeros(species.size(0), dtype=edge_vectors.dtype)
+        return out.index_add(0, edge_index[0], 2.0 * self.eps * (s6 * s6 - s6))
+
+
 def main(out):
     os.makedirs(out, exist_ok=True)
     meta = dict(cutoff=5.0, elements=["Ar"], units="metal")
     export(NonFinite(), os.path.join(out, "nonfinite_Ar.pt"), model_type="always NaN", check=False, **meta)
     export(NanForce(), os.path.join(out, "nanforce_Ar.pt"), model_type="finite energy, NaN forces",
            check=False, **meta)
+    for name, module in [("wrong_shape", WrongShape()), ("integer_energies", IntegerEnergies()),
+                         ("float32_energies", Float32FromFloat64()), ("tuple_output", TupleOutput()),
+                         ("nan_weights", NanWeights(float("nan"))), ("inf_weights", NanWeights(float("inf")))]:
+        export(module, os.path.join(out, name + "_Ar.pt"), model_type=name, check=False, **meta)
+    export(TrainableLJ(0.0104, 3.40), os.path.join(out, "lj_trainable_Ar.pt"),
+           model_type="lennard-jones, trainable eps and sigma", check=False, cutoff=8.5,
+           elements=["Ar"], units="metal")
+    export(NanForSecondSpecies(), os.path.join(out, "nan_near_Xe.pt"),
+           model_type="LJ, NaN forces around Xe", check=False, cutoff=8.5, elements=["Ar", "Xe"],
+           units="metal")
 
     scripted = torch.jit.script(NonFinite())
     torch.jit.save(scripted, os.path.join(out, "no_metadata.pt"))

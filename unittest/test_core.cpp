@@ -9,9 +9,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <csignal>
 #include <fstream>
 #include <random>
 #include <string>
+
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 using MLTorchTest::evaluate_reference;
 using MLTorchTest::max_rel_dev;
@@ -439,4 +444,128 @@ TEST(DistributedGradient, TwoDomainsEqualOne)
   EXPECT_GT(gmax, 0.0);
   std::printf("[ DDP      ] 2 domains vs 1: forces %.2e, parameter gradient %.2e (%lld parameters)\n",
               dforce, dgrad, static_cast<long long>(g1.size()));
+}
+
+/* ----------------------------------------------------------------------
+   model files are written atomically: a writer killed at any moment, or a
+   write that runs out of space, leaves the previous file whole and loadable
+------------------------------------------------------------------------- */
+
+namespace {
+std::string slurp(const std::string &path)
+{
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+}    // namespace
+
+TEST(AtomicSave, KilledWriterLeavesAWholeFile)
+{
+  const std::string path = ::testing::TempDir() + "/atomic_kill.pt";
+  const std::string a = MLTorch::read_file(potentials + "/si_local.pt");
+  const std::string b = MLTorch::read_file(potentials + "/si_mp2.pt");
+  MLTorch::write_file_atomic(path, a);
+  int outcomes[2] = {0, 0};
+  for (int trial = 0; trial < 20; ++trial) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {    // the writer: alternate the two models as fast as it can
+      for (int k = 0;; ++k) MLTorch::write_file_atomic(path, (k % 2) ? a : b);
+    }
+    usleep(2000 + 1500 * trial);
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFSIGNALED(status));
+    std::remove((path + ".tmp." + std::to_string(static_cast<long>(pid))).c_str());    // the killed one's
+    const std::string now = slurp(path);
+    ASSERT_TRUE(now == a || now == b) << "trial " << trial << ": a torn file of " << now.size() << " bytes";
+    ++outcomes[now == a ? 0 : 1];
+    EXPECT_NO_THROW(load(path)) << "trial " << trial;
+  }
+  std::printf("[ atomic ] 20 writers killed mid-stream: file held the first model %d times, the "
+              "second %d times, never a torn file\n", outcomes[0], outcomes[1]);
+  std::remove(path.c_str());
+}
+
+TEST(AtomicSave, FullDiskKeepsThePreviousFile)
+{
+  // RLIMIT_FSIZE stands in for a full disk: with SIGXFSZ ignored, a write
+  // past the limit fails with EFBIG as one past the disk's end fails with ENOSPC
+  const std::string path = ::testing::TempDir() + "/atomic_full.pt";
+  const std::string a = MLTorch::read_file(potentials + "/lj_Ar.pt");
+  const std::string big = MLTorch::read_file(potentials + "/si_mp2.pt");
+  ASSERT_GT(big.size(), 4 * a.size());
+  MLTorch::write_file_atomic(path, a);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim = {static_cast<rlim_t>(2 * a.size()), static_cast<rlim_t>(2 * a.size())};
+    setrlimit(RLIMIT_FSIZE, &lim);
+    try {
+      MLTorch::write_file_atomic(path, big);
+    } catch (MLTorch::ModelError &e) {
+      const bool clear = std::string(e.what()).find("Cannot write") != std::string::npos;
+      _exit(clear ? 3 : 4);
+    }
+    _exit(5);    // no error: wrong
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 3) << "4: unclear message, 5: no error";
+  EXPECT_EQ(slurp(path), a);
+  EXPECT_NO_THROW(load(path));
+  // and no temporary file is left beside it
+  const std::string tmp = path + ".tmp." + std::to_string(static_cast<long>(pid));
+  EXPECT_FALSE(std::ifstream(tmp).good()) << tmp;
+  std::remove(path.c_str());
+}
+
+/* ----------------------------------------------------------------------
+   metadata that is malformed or out of range: one ERROR text each
+------------------------------------------------------------------------- */
+
+TEST(Metadata, RejectsBadValues)
+{
+  const std::string good = R"("format_version": 1, "elements": ["Si"], "units": "metal", "dtype": "float64")";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"not json", "metadata is not valid JSON"},
+      {"[1, 2]", "metadata is not a JSON object"},
+      {"{" + good + R"(, "num_interaction_layers": 1})", "lacks the required key 'cutoff'"},
+      {"{" + good + R"(, "cutoff": -1, "num_interaction_layers": 1})", "'cutoff' must be a positive finite number"},
+      {"{" + good + R"(, "cutoff": 1e400, "num_interaction_layers": 1})", "number overflow parsing '1e400'"},
+      {"{" + good + R"(, "cutoff": "5", "num_interaction_layers": 1})", "'cutoff' must be a positive finite number"},
+      {"{" + good + R"(, "cutoff": 5, "num_interaction_layers": 0})", "'num_interaction_layers' must be an integer from 1 to 16"},
+      {"{" + good + R"(, "cutoff": 5, "num_interaction_layers": 99999999999999999999})", "'num_interaction_layers' must be an integer from 1 to 16"},
+      {"{" + good + R"(, "cutoff": 5, "num_interaction_layers": 4294967297})", "'num_interaction_layers' must be an integer from 1 to 16"},
+      {R"({"format_version": "1", "cutoff": 5})", "'format_version' must be an integer"},
+      {R"({"format_version": 4294967297, "cutoff": 5})", "has format version 4294967297, this ML-TORCH build reads version 1"},
+      {R"({"format_version": 1, "cutoff": 5, "elements": [], "units": "metal", "dtype": "float64", "num_interaction_layers": 1})", "'elements' must be a non-empty list"},
+      {R"({"format_version": 1, "cutoff": 5, "elements": ["Si", "Si"], "units": "metal", "dtype": "float64", "num_interaction_layers": 1})", "lists 'Si' twice"},
+      {R"({"format_version": 1, "cutoff": 5, "elements": [""], "units": "metal", "dtype": "float64", "num_interaction_layers": 1})", "must hold non-empty strings"},
+      {R"({"format_version": 1, "cutoff": 5, "elements": ["Si"], "units": "", "dtype": "float64", "num_interaction_layers": 1})", "'units' must be a LAMMPS unit style"},
+      {R"({"format_version": 1, "cutoff": 5, "elements": ["Si"], "units": "metal", "dtype": "float16", "num_interaction_layers": 1})", "'dtype' must be \"float32\" or \"float64\""},
+  };
+  for (const auto &c : cases) {
+    std::string msg;
+    try {
+      MLTorch::parse_metadata(c.first, "m.pt");
+    } catch (MLTorch::ModelError &e) {
+      msg = e.what();
+    }
+    EXPECT_NE(msg.find(c.second), std::string::npos) << c.first << " -> '" << msg << "'";
+    EXPECT_NE(msg.find("m.pt"), std::string::npos) << msg;
+  }
+}
+
+TEST(LoadErrors, EmptyFile)
+{
+  try {
+    MLTorch::Model m("", "empty.pt", "cpu");
+    FAIL() << "no error";
+  } catch (MLTorch::ModelError &e) {
+    EXPECT_NE(std::string(e.what()).find("empty.pt is empty (0 bytes)"), std::string::npos) << e.what();
+  }
 }

@@ -473,6 +473,100 @@ TEST(Learn, DistillationCutsForceError)
 }
 
 /* ----------------------------------------------------------------------
+   the model as a pair_style hybrid sub-style: the teacher labels the whole
+   system and the fix removes the other sub-styles' share. Argon atoms of
+   two types: type 1-1 through the model (LJ as lj/cut 8.5 with trainable
+   eps and sigma, unittest/models/lj_trainable_Ar.pt), the
+   rest through lj/cut with the same parameters, and the teacher lj/cut on
+   all pairs. The model's share of the labels is then exactly the model:
+   every residual vanishes; the teacher's whole forces would leave the
+   cross terms (review defect: the documented NULL-teacher route stopped
+   with "All pair coeffs are not set")
+------------------------------------------------------------------------- */
+
+TEST(Learn, HybridSubStyleLearnsItsOwnShare)
+{
+  if (nprocs > 1) GTEST_SKIP() << "runs on one rank";
+  Lammps l(MPI_COMM_SELF);
+  l.cmds({"units metal", "atom_modify map array", "lattice fcc 5.26", "region box block 0 3 0 3 0 3",
+          "create_box 2 box", "create_atoms 1 box", "mass * 39.948",
+          "set type 1 type/fraction 2 0.3 1234", "displace_atoms all random 0.2 0.2 0.2 4321 units box",
+          "pair_style hybrid torch lj/cut 8.5",
+          "pair_coeff * * torch " + std::string(ML_TORCH_TEST_MODELS_DIR) + "/lj_trainable_Ar.pt Ar NULL",
+          "pair_coeff 1 2 lj/cut 0.0104 3.40", "pair_coeff 2 2 lj/cut 0.0104 3.40",
+          "fix ft all torch/finetune 1 teacher \"lj/cut 8.5\" \"* * 0.0104 3.40\" weights 1 1 1 "
+          "optimizer sgd lr 1e-12 log 0",
+          "fix md all nve", "run 1 post no"});
+  ASSERT_EQ(l.fix()->updates(), 1);
+  const double e_rmse = l.fix()->compute_vector(1), f_rmse = l.fix()->compute_vector(2),
+               w_rmse = l.fix()->compute_vector(3);
+  // the cross terms the subtraction removes: the type 1 - type 2 forces
+  Lammps c(MPI_COMM_SELF);
+  c.cmds({"units metal", "atom_modify map array", "lattice fcc 5.26", "region box block 0 3 0 3 0 3",
+          "create_box 2 box", "create_atoms 1 box", "mass * 39.948",
+          "set type 1 type/fraction 2 0.3 1234", "displace_atoms all random 0.2 0.2 0.2 4321 units box",
+          "pair_style lj/cut 8.5", "pair_coeff * * 0.0 3.40", "pair_coeff 1 2 0.0104 3.40",
+          "run 0 post no"});
+  const auto fx = c.gather("f", 3);
+  double cross = 0.0;
+  for (double v : fx) cross = std::max(cross, std::fabs(v));
+  std::printf("[ hybrid ] residuals of the model's share: energy %.2e eV/atom, force %.2e eV/A, "
+              "virial %.2e eV/atom; cross-type forces removed up to %.3f eV/A\n",
+              e_rmse, f_rmse, w_rmse, cross);
+  EXPECT_GT(cross, 0.01);
+  EXPECT_LE(f_rmse, 1e-12);
+  EXPECT_LE(e_rmse, 1e-12);
+  EXPECT_LE(w_rmse, 1e-12);
+}
+
+/* ----------------------------------------------------------------------
+   the same input twice gives bitwise the same trajectory and model (one
+   rank, fixed thread count); write_data + read_data reproduces the state
+------------------------------------------------------------------------- */
+
+TEST(Learn, SameInputTwiceIsBitwiseIdentical)
+{
+  if (nprocs > 1) GTEST_SKIP() << "runs on one rank";
+  const std::string data = ::testing::TempDir() + "/twice.data";
+  std::vector<double> f[2], p[2];
+  double pe[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    Lammps l(MPI_COMM_SELF);
+    l.cmds(silicon(2, 4242, "ortho"));
+    l.cmds({"velocity all create 1200 4928 loop geom", "pair_style torch",
+            "pair_coeff * * " + student + " Si",
+            "fix ft all torch/finetune 2 " + teacher() + " weights 1.0 10.0 0.1 lr 2e-3 log 0",
+            "fix md all nve", "run 20 post no"});
+    pe[k] = l.thermo("pe");
+    f[k] = l.gather("f", 3);
+    p[k] = l.params();
+    if (k == 1) l.cmd("write_data " + data);
+  }
+  EXPECT_EQ(pe[0], pe[1]);
+  EXPECT_EQ(f[0], f[1]);
+  EXPECT_EQ(p[0], p[1]);
+  // the data file holds the positions at full precision: the trained
+  // parameters on the read state give the forces of the run that wrote it
+  Lammps r(MPI_COMM_SELF);
+  r.cmds({"units metal", "atom_modify map array", "read_data " + data, "pair_style torch",
+          "pair_coeff * * " + student + " Si",
+          "fix ft all torch/finetune 2 " + teacher() + " weights 1.0 10.0 0.1 lr 2e-3 log 0"});
+  r.fix()->model()->load_state_bytes(
+      std::string(reinterpret_cast<const char *>(p[1].data()), p[1].size() * sizeof(double)));
+  r.cmd("run 0 post no");
+  const auto fr = r.gather("f", 3);
+  double dev = 0.0, scale = 0.0;
+  for (std::size_t i = 0; i < fr.size(); ++i) {
+    dev = std::max(dev, std::fabs(fr[i] - f[1][i]));
+    scale = std::max(scale, std::fabs(f[1][i]));
+  }
+  std::printf("[ determinism ] two runs: pe, forces and %zu parameters bitwise equal; write_data + "
+              "read_data: forces to %.2e relative\n", p[0].size(), dev / scale);
+  EXPECT_LE(dev / scale, 1e-12);
+  std::remove(data.c_str());
+}
+
+/* ----------------------------------------------------------------------
    5. 200 steps == 100 steps + write_restart + read_restart + 100 steps
 ------------------------------------------------------------------------- */
 
@@ -759,6 +853,21 @@ TEST_F(FinetuneErrors, TwoTorchSubStyles)
                "pair_coeff * * torch 1 " + potentials + "/si_local.pt Si",
                "pair_coeff * * torch 2 " + potentials + "/si_local.pt Si",
                "fix ft all torch/finetune 1 " + teacher());
+}
+
+TEST_F(FinetuneErrors, TeacherWithNullTypes)
+{
+  if (me != 0) GTEST_SKIP();
+  l->cmds({"units metal", "atom_modify map array", "lattice diamond 5.431",
+           "region box block 0 2 0 2 0 2", "create_box 2 box", "create_atoms 1 box",
+           "mass * 28.0855", "set type 1 type/fraction 2 0.3 1234",
+           "pair_style hybrid torch lj/cut 5.0",
+           "pair_coeff * * torch " + potentials + "/si_local.pt Si NULL",
+           "pair_coeff 1 2 lj/cut 0.01 3.0", "pair_coeff 2 2 lj/cut 0.01 3.0"});
+  EXPECT_ERROR("its coefficients leave atom types 1 and 2 without interaction",
+               "fix ft all torch/finetune 1 teacher sw \"* * " + lammps_potentials +
+                   "/Si.sw Si NULL\" log 0",
+               "run 1 post no");
 }
 
 TEST_F(FinetuneErrors, RestartWithOtherModel)

@@ -201,6 +201,54 @@ TEST_F(PairTorchErrors, MessagePassingWithCommModeMulti)
                "pair_coeff * * " + potentials + "/si_mp2.pt Si", "run 0 post no");
 }
 
+/* ----------------------------------------------------------------------
+   broken, foreign and misbehaving model files
+------------------------------------------------------------------------- */
+
+TEST_F(PairTorchErrors, ZeroByteTruncatedAndForeignFiles)
+{
+  const std::string dir = ::testing::TempDir();
+  std::ofstream(dir + "/empty.pt").close();
+  std::ifstream good(potentials + "/si_local.pt", std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(good)), std::istreambuf_iterator<char>());
+  std::ofstream(dir + "/truncated.pt", std::ios::binary).write(bytes.data(), bytes.size() / 2);
+  // a zip archive that is not a TorchScript module (a LAMMPS potential file, zipped)
+  std::ofstream(dir + "/foreign.pt", std::ios::binary) << "PK\x03\x04 not a module";
+  box();
+  EXPECT_ERROR("is empty (0 bytes)", "pair_style torch", "pair_coeff * * " + dir + "/empty.pt Ar");
+  EXPECT_ERROR("as a TorchScript model", "pair_coeff * * " + dir + "/truncated.pt Ar");
+  EXPECT_ERROR("as a TorchScript model", "pair_coeff * * " + dir + "/foreign.pt Ar");
+  for (const char *f : {"/empty.pt", "/truncated.pt", "/foreign.pt"}) std::remove((dir + f).c_str());
+}
+
+struct BadModel {
+  const char *file, *text;
+};
+
+class BadModelFiles : public PairTorchErrors, public ::testing::WithParamInterface<BadModel> {};
+
+TEST_P(BadModelFiles, StopWithTheirError)
+{
+  box();
+  EXPECT_ERROR(GetParam().text, "pair_style torch",
+               "pair_coeff * * " + test_models + "/" + GetParam().file + " Ar", "run 0 post no");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, BadModelFiles,
+    ::testing::Values(BadModel{"wrong_shape_Ar.pt", ", 2], expected per-atom energies of shape"},
+                      BadModel{"integer_energies_Ar.pt", "forward() returned Long energies, but its "
+                                                        "metadata says float64"},
+                      BadModel{"float32_energies_Ar.pt", "forward() returned Float energies, but its "
+                                                        "metadata says float64"},
+                      BadModel{"tuple_output_Ar.pt", "forward() must return a tensor of per-atom energies"},
+                      BadModel{"nan_weights_Ar.pt", "parameter 'w' holds NaN or infinite values"},
+                      BadModel{"inf_weights_Ar.pt", "parameter 'w' holds NaN or infinite values"}),
+    [](const ::testing::TestParamInfo<BadModel> &info) {
+      std::string n = info.param.file;
+      return n.substr(0, n.find('.'));
+    });
+
 int main(int argc, char **argv)
 {
   MPI_Init(&argc, &argv);

@@ -19,80 +19,10 @@
 #include <set>
 #include <sstream>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 namespace MLTorch {
-
-int Metadata::species_of(const std::string &element) const
-{
-  for (std::size_t i = 0; i < elements.size(); ++i)
-    if (elements[i] == element) return static_cast<int>(i);
-  return -1;
-}
-
-Metadata parse_metadata(const std::string &text, const std::string &source)
-{
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (std::exception &e) {
-    throw ModelError("Model file " + source + ": metadata is not valid JSON: " + e.what());
-  }
-  if (!j.is_object()) throw ModelError("Model file " + source + ": metadata is not a JSON object");
-
-  auto require = [&](const char *key) -> const nlohmann::json & {
-    if (!j.contains(key))
-      throw ModelError("Model file " + source + ": metadata lacks the required key '" + key +
-                       "'; re-export the model with the ML-TORCH exporter");
-    return j.at(key);
-  };
-  auto bad = [&](const char *key, const std::string &why) {
-    return ModelError("Model file " + source + ": metadata key '" + key + "' " + why);
-  };
-
-  Metadata m;
-  m.json = text;
-  const auto &ver = require("format_version");
-  if (!ver.is_number_integer()) throw bad("format_version", "must be an integer");
-  m.format_version = ver.get<int>();
-  if (m.format_version != kFormatVersion)
-    throw ModelError("Model file " + source + " has format version " +
-                     std::to_string(m.format_version) + ", this ML-TORCH build reads version " +
-                     std::to_string(kFormatVersion) + "; re-export the model or update ML-TORCH");
-
-  const auto &cut = require("cutoff");
-  if (!cut.is_number() || !(cut.get<double>() > 0.0)) throw bad("cutoff", "must be a positive number");
-  m.cutoff = cut.get<double>();
-
-  const auto &el = require("elements");
-  if (!el.is_array() || el.empty()) throw bad("elements", "must be a non-empty list of names");
-  std::set<std::string> seen;
-  for (const auto &e : el) {
-    if (!e.is_string() || e.get<std::string>().empty())
-      throw bad("elements", "must hold non-empty strings");
-    if (!seen.insert(e.get<std::string>()).second)
-      throw bad("elements", "lists '" + e.get<std::string>() + "' twice");
-    m.elements.push_back(e.get<std::string>());
-  }
-
-  const auto &nl = require("num_interaction_layers");
-  if (!nl.is_number_integer() || nl.get<int>() < 1)
-    throw bad("num_interaction_layers", "must be an integer >= 1");
-  m.num_interaction_layers = nl.get<int>();
-
-  const auto &un = require("units");
-  if (!un.is_string() || un.get<std::string>().empty()) throw bad("units", "must be a LAMMPS unit style");
-  m.units = un.get<std::string>();
-
-  const auto &dt = require("dtype");
-  if (!dt.is_string() || (dt.get<std::string>() != "float32" && dt.get<std::string>() != "float64"))
-    throw bad("dtype", "must be \"float32\" or \"float64\"");
-  m.dtype = dt.get<std::string>();
-
-  if (j.contains("model_type") && j.at("model_type").is_string())
-    m.model_type = j.at("model_type").get<std::string>();
-  return m;
-}
 
 std::string read_file(const std::string &path)
 {
@@ -192,6 +122,8 @@ Model::Model(const std::string &bytes, const std::string &source, const std::str
   impl->source = source;
   impl->device = parse_device(device, source);
 
+  if (bytes.empty())
+    throw ModelError("Model file " + source + " is empty (0 bytes); was it written completely?");
   torch::jit::ExtraFilesMap extra{{kMetadataName, ""}};
   try {
     std::istringstream in(bytes);
@@ -209,6 +141,15 @@ Model::Model(const std::string &bytes, const std::string &source, const std::str
   impl->dtype = impl->meta.dtype == "float32" ? torch::kFloat32 : torch::kFloat64;
   if (!impl->module.find_method("forward"))
     throw ModelError("Model file " + source + " has no forward() method");
+  // a broken checkpoint (NaN or inf weights) fails here, not as NaN forces later
+  for (const auto &p : impl->module.named_parameters(/*recurse=*/true))
+    if (p.value.is_floating_point() && !torch::isfinite(p.value).all().item<bool>())
+      throw ModelError("Model file " + source + ": parameter '" + p.name +
+                       "' holds NaN or infinite values; the file is broken");
+  for (const auto &b : impl->module.named_buffers(/*recurse=*/true))
+    if (b.value.is_floating_point() && !torch::isfinite(b.value).all().item<bool>())
+      throw ModelError("Model file " + source + ": buffer '" + b.name +
+                       "' holds NaN or infinite values; the file is broken");
   impl->module.eval();
 }
 
@@ -274,6 +215,12 @@ static ForwardPass run_forward(torch::jit::Module &module, const GraphInput &in,
     std::string what = e.what();
     throw ModelError("Model " + source + " failed in forward(): " + what);
   }
+  if (!node_energy.is_floating_point() || node_energy.scalar_type() != dtype)
+    throw ModelError("Model " + source + ": forward() returned " +
+                     std::string(c10::toString(node_energy.scalar_type())) +
+                     " energies, but its metadata says " +
+                     (dtype == torch::kFloat32 ? "float32" : "float64") +
+                     "; compute and return the energies in the model's dtype");
   if (node_energy.dim() != 1 || node_energy.size(0) < in.n_local)
     throw ModelError("Model " + source + ": forward() returned a tensor of shape " +
                      c10::str(node_energy.sizes()) + ", expected per-atom energies of shape [" +
@@ -606,6 +553,14 @@ void write_file_atomic(const std::string &path, const std::string &bytes)
     const std::string why = std::strerror(errno);
     std::remove(tmp.c_str());
     throw ModelError("Cannot rename " + tmp + " to " + path + ": " + why);
+  }
+  // the rename itself survives a crash of the machine once the folder is synced
+  const auto slash = path.rfind('/');
+  const std::string dir = (slash == std::string::npos) ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
   }
 }
 

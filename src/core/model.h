@@ -18,6 +18,9 @@ namespace MLTorch {
 
 // The model-file format version this build reads.
 static constexpr int kFormatVersion = 1;
+// most message-passing layers a model may declare (its ghost shell is
+// layers x cutoff wide)
+static constexpr int kMaxLayers = 16;
 // Name of the metadata file stored inside the TorchScript archive.
 static constexpr const char *kMetadataName = "mltorch_metadata.json";
 

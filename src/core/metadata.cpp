@@ -1,0 +1,94 @@
+/* ----------------------------------------------------------------------
+   ML-TORCH core: the model metadata (JSON) and its validation. No LibTorch
+   here, so the parser can be fuzzed on its own (fuzz/fuzz_metadata.cpp).
+------------------------------------------------------------------------- */
+
+#include "model.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <set>
+
+namespace MLTorch {
+
+int Metadata::species_of(const std::string &element) const
+{
+  for (std::size_t i = 0; i < elements.size(); ++i)
+    if (elements[i] == element) return static_cast<int>(i);
+  return -1;
+}
+
+Metadata parse_metadata(const std::string &text, const std::string &source)
+{
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (std::exception &e) {
+    throw ModelError("Model file " + source + ": metadata is not valid JSON: " + e.what());
+  }
+  if (!j.is_object()) throw ModelError("Model file " + source + ": metadata is not a JSON object");
+
+  auto require = [&](const char *key) -> const nlohmann::json & {
+    if (!j.contains(key))
+      throw ModelError("Model file " + source + ": metadata lacks the required key '" + key +
+                       "'; re-export the model with the ML-TORCH exporter");
+    return j.at(key);
+  };
+  auto bad = [&](const char *key, const std::string &why) {
+    return ModelError("Model file " + source + ": metadata key '" + key + "' " + why);
+  };
+
+  Metadata m;
+  m.json = text;
+  const auto &ver = require("format_version");
+  if (!ver.is_number_integer()) throw bad("format_version", "must be an integer");
+  if (ver.get<int64_t>() != kFormatVersion ||
+      (ver.is_number_unsigned() && ver.get<uint64_t>() != static_cast<uint64_t>(kFormatVersion)))
+    m.format_version = -1;    // reported below
+  else
+    m.format_version = kFormatVersion;
+  if (m.format_version != kFormatVersion)
+    throw ModelError("Model file " + source + " has format version " + ver.dump() +
+                     ", this ML-TORCH build reads version " +
+                     std::to_string(kFormatVersion) + "; re-export the model or update ML-TORCH");
+
+  const auto &cut = require("cutoff");
+  if (!cut.is_number() || !(cut.get<double>() > 0.0) || !std::isfinite(cut.get<double>()))
+    throw bad("cutoff", "must be a positive finite number");
+  m.cutoff = cut.get<double>();
+
+  const auto &el = require("elements");
+  if (!el.is_array() || el.empty()) throw bad("elements", "must be a non-empty list of names");
+  std::set<std::string> seen;
+  for (const auto &e : el) {
+    if (!e.is_string() || e.get<std::string>().empty())
+      throw bad("elements", "must hold non-empty strings");
+    if (!seen.insert(e.get<std::string>()).second)
+      throw bad("elements", "lists '" + e.get<std::string>() + "' twice");
+    m.elements.push_back(e.get<std::string>());
+  }
+
+  // (read as a 64-bit integer first: a huge value must not wrap into range)
+  const auto &nl = require("num_interaction_layers");
+  if (!nl.is_number_integer() || nl.get<int64_t>() < 1 || nl.get<int64_t>() > kMaxLayers ||
+      (nl.is_number_unsigned() && nl.get<uint64_t>() > static_cast<uint64_t>(kMaxLayers)))
+    throw bad("num_interaction_layers", "must be an integer from 1 to " + std::to_string(kMaxLayers));
+  m.num_interaction_layers = static_cast<int>(nl.get<int64_t>());
+
+  const auto &un = require("units");
+  if (!un.is_string() || un.get<std::string>().empty()) throw bad("units", "must be a LAMMPS unit style");
+  m.units = un.get<std::string>();
+
+  const auto &dt = require("dtype");
+  if (!dt.is_string() || (dt.get<std::string>() != "float32" && dt.get<std::string>() != "float64"))
+    throw bad("dtype", "must be \"float32\" or \"float64\"");
+  m.dtype = dt.get<std::string>();
+
+  if (j.contains("model_type") && j.at("model_type").is_string())
+    m.model_type = j.at("model_type").get<std::string>();
+  return m;
+}
+
+}    // namespace MLTorch

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Soak run: long MD with online fine-tuning on 2 MPI ranks, resident memory
+sampled from /proc while it runs, and the growth per 1000 steps fitted.
+
+    .venv/bin/python tools/soak.py [--steps 100000] [--every 100] [--np 2]
+
+Runs build/lmp on 64 Si atoms (si_student.pt, teacher Si.sw, one update
+every --every steps: 1,000 updates in 100,000 steps), samples VmRSS of every
+rank once a second, maps samples to MD steps through the thermo output, and
+prints the RSS slope (least squares over the run after its first 10%) in
+KB per 1000 steps for each rank. Goal: below 1 KB per 1000 steps.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+INPUT = """
+units           metal
+atom_modify     map array
+lattice         diamond 5.431
+region          box block 0 2 0 2 0 2
+create_box      1 box
+create_atoms    1 box
+mass            1 28.0855
+velocity        all create 900.0 4928 loop geom
+pair_style      torch
+pair_coeff      * * {student} Si
+fix             ft all torch/finetune {every} teacher sw "* * {lammps_pot}/Si.sw Si" &
+                weights 1.0 10.0 0.1 lr 1e-4 replay 20 2 log 0 check 50
+fix             md all nvt temp 900.0 900.0 0.1
+thermo_style    custom step temp pe f_ft[3] f_ft[7]
+thermo          {thermo}
+thermo_modify   flush yes
+run             {steps}
+"""
+
+
+def rss_kb(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def rank_pids(root_pid, exe):
+    """pids of the lmp processes below mpirun"""
+    out = subprocess.run(["ps", "-eo", "pid,ppid,comm"], capture_output=True, text=True).stdout
+    children = {}
+    for line in out.splitlines()[1:]:
+        pid, ppid, comm = line.split(None, 2)
+        children.setdefault(int(ppid), []).append((int(pid), comm.strip()))
+    found, stack = [], [root_pid]
+    while stack:
+        p = stack.pop()
+        for c, comm in children.get(p, []):
+            if comm == os.path.basename(exe)[:15]:
+                found.append(c)
+            stack.append(c)
+    return sorted(found)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=100000)
+    ap.add_argument("--every", type=int, default=100)
+    ap.add_argument("--np", type=int, default=2)
+    ap.add_argument("--lmp", default=os.path.join(here, "build", "lmp"))
+    args = ap.parse_args()
+    lammps_pot = os.path.realpath(os.path.join(here, "build", "lammps-potentials"))
+    work = tempfile.mkdtemp(prefix="mltorch-soak-")
+    thermo = max(args.steps // 200, 10)
+    with open(os.path.join(work, "in.soak"), "w") as f:
+        f.write(INPUT.format(student=os.path.join(here, "examples", "finetune", "si_student.pt"),
+                             lammps_pot=lammps_pot, every=args.every, thermo=thermo, steps=args.steps))
+    log = os.path.join(work, "log.lammps")
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(args.np), args.lmp,
+           "-in", "in.soak", "-log", log, "-screen", "none"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    t0 = time.time()
+    proc = subprocess.Popen(cmd, cwd=work, env=env)
+    samples = []    # (step, [rss per rank])
+    pids = []
+    step_re = re.compile(r"^\s*(\d+)\s+[-\d.eE+]+\s+[-\d.eE+]+")
+    last_step = 0
+    while proc.poll() is None:
+        time.sleep(1.0)
+        if not pids:
+            pids = rank_pids(proc.pid, args.lmp)
+            continue
+        try:
+            with open(log) as f:
+                lines = f.readlines()[-20:]
+        except OSError:
+            continue
+        for line in lines:
+            m = step_re.match(line)
+            if m:
+                last_step = int(m.group(1))
+        rss = [rss_kb(p) for p in pids]
+        if all(r is not None for r in rss):
+            samples.append((last_step, rss))
+    wall = time.time() - t0
+    if proc.returncode != 0:
+        sys.exit(f"soak run failed (exit {proc.returncode}); log: {log}")
+    updates = 0
+    with open(log) as f:
+        for line in f:
+            m = step_re.match(line)
+            if m and len(line.split()) >= 5:
+                updates = int(float(line.split()[4]))
+    steps = np.array([s for s, _ in samples], dtype=float)
+    rss = np.array([r for _, r in samples], dtype=float)
+    keep = steps >= 0.1 * args.steps
+    print(f"soak: {args.steps} MD steps, {updates} updates, {args.np} ranks, {wall:.0f} s, "
+          f"{len(samples)} RSS samples ({keep.sum()} after the first 10% of steps)")
+    for r in range(rss.shape[1]):
+        slope = np.polyfit(steps[keep], rss[keep, r], 1)[0] * 1000.0 if keep.sum() > 2 else float("nan")
+        print(f"rank {r}: RSS {rss[0, r] / 1024:.1f} MB at the first sample, {rss[keep, r].min() / 1024:.1f}"
+              f"-{rss[keep, r].max() / 1024:.1f} MB after warm-up, slope {slope:+.3f} KB per 1000 steps "
+              f"(goal: below 1)")
+    print(f"log: {log}")
+
+
+if __name__ == "__main__":
+    main()
