@@ -189,6 +189,29 @@ void PairTorchKokkos<DeviceType>::ensure_capacity(int64_t nodes, int64_t edges)
   }
 }
 
+namespace {
+// ghost centres whose edges cannot reach a local energy (message-passing
+// models; the rule of PairTorch::ghost_reach, evaluated in the kernels)
+template <class XView> struct GhostCentreFilter {
+  XView x;
+  bool prune = false;
+  int nlocal_centres = 0;
+  double lo[3] = {0, 0, 0}, hi[3] = {0, 0, 0};
+  double reach_sq = 0.0;
+  KOKKOS_INLINE_FUNCTION bool skip(int ii, int i) const
+  {
+    if (!prune || ii < nlocal_centres) return false;
+    double d2 = 0.0;
+    for (int d = 0; d < 3; ++d) {
+      const double p = x(i, d);
+      const double out = (p < lo[d]) ? lo[d] - p : (p > hi[d] ? p - hi[d] : 0.0);
+      d2 += out * out;
+    }
+    return d2 > reach_sq;
+  }
+};
+}    // namespace
+
 /* ----------------------------------------------------------------------
    edges from the Kokkos full neighbor list: count, scan, fill
 ------------------------------------------------------------------------- */
@@ -207,10 +230,26 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::build_graph_device
   auto lx = x;
   auto count = d_count;
   const double rcsq = cutoff * cutoff;
+  // ghost centres that cannot reach a local energy build no edges (see
+  // PairTorch::ghost_reach; the same rule as the CPU style)
+  const auto reach = ghost_reach();
+  GhostCentreFilter<typename KK::t_x> ghost_filter;
+  ghost_filter.x = lx;
+  ghost_filter.prune = reach.prune;
+  ghost_filter.nlocal_centres = inum;
+  ghost_filter.reach_sq = reach.reach_sq;
+  for (int d = 0; d < 3; ++d) {
+    ghost_filter.lo[d] = reach.lo[d];
+    ghost_filter.hi[d] = reach.hi[d];
+  }
   Kokkos::parallel_for(
       "torch/kk:count_edges", Kokkos::RangePolicy<DeviceType>(0, ncentres), KOKKOS_LAMBDA(int ii) {
         const int i = d_ilist(ii);
         int64_t n = 0;
+        if (ghost_filter.skip(ii, i)) {
+          count(ii) = 0;
+          return;
+        }
         for (int jj = 0; jj < d_numneigh(i); ++jj) {
           const int j = d_neighbors(i, jj) & NEIGHMASK;
           const double dx = lx(j, 0) - lx(i, 0), dy = lx(j, 1) - lx(i, 1), dz = lx(j, 2) - lx(i, 2);
@@ -241,6 +280,7 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::build_graph_device
   Kokkos::parallel_for(
       "torch/kk:fill_edges", Kokkos::RangePolicy<DeviceType>(0, ncentres), KOKKOS_LAMBDA(int ii) {
         const int i = d_ilist(ii);
+        if (ghost_filter.skip(ii, i)) return;
         int64_t e = offset(ii);
         for (int jj = 0; jj < d_numneigh(i); ++jj) {
           const int j = d_neighbors(i, jj) & NEIGHMASK;
@@ -495,6 +535,12 @@ template <class DeviceType> void *PairTorchKokkos<DeviceType>::extract(const cha
 {
   dim = 0;
   if (strcmp(name, "capacity_changes") == 0) return (void *) &capacity_changes;
+  if (strcmp(name, "graph_size") == 0) {
+    dim = 1;
+    graph_size[0] = static_cast<double>(nnodes_real);
+    graph_size[1] = static_cast<double>(nedges_real);
+    return (void *) graph_size;
+  }
   return nullptr;
 }
 

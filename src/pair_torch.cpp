@@ -12,6 +12,7 @@
 #include "atom.h"
 #include "citeme.h"
 #include "comm.h"
+#include "domain.h"
 #include "error.h"
 #include "force.h"
 #include "lmp_compat.h"
@@ -337,7 +338,9 @@ void PairTorch::build_graph()
     }
     return atom2node[a];
   };
-  for (int ii = 0; ii < ncentre; ii++) node_of(ilist[ii]);
+  const GhostReach reach = ghost_reach();
+  for (int ii = 0; ii < ncentre; ii++)
+    if (ii < inum || reach.needed(x[ilist[ii]])) node_of(ilist[ii]);
   ncounted = inum;
 
   edge_vec.clear();
@@ -345,6 +348,7 @@ void PairTorch::build_graph()
   edge_nbr.clear();
   for (int ii = 0; ii < ncentre; ii++) {
     const int i = ilist[ii];
+    if (ii >= inum && !reach.needed(x[i])) continue;
     const int64_t ni = atom2node[i];
     const double xi = x[i][0], yi = x[i][1], zi = x[i][2];
     const int *jlist = firstneigh[i];
@@ -362,6 +366,31 @@ void PairTorch::build_graph()
     }
   }
   edge_index.insert(edge_index.end(), edge_nbr.begin(), edge_nbr.end());
+  graph_size[0] = static_cast<double>(node2atom.size());
+  graph_size[1] = static_cast<double>(edge_nbr.size());
+}
+
+/* ----------------------------------------------------------------------
+   which ghost centres can feed a local energy: with L message-passing
+   layers information travels at most L edges (each shorter than the
+   cutoff), so edges centred on a ghost atom farther than (L-1) cutoffs from
+   every local atom never reach a local energy, and are not built. Local
+   atoms stay within skin/2 of this subdomain between neighbor list builds,
+   so "farther than (L-1) rc + skin from the subdomain box" is safe.
+   Triclinic boxes keep every ghost centre (the box is not orthogonal).
+------------------------------------------------------------------------- */
+
+PairTorch::GhostReach PairTorch::ghost_reach() const
+{
+  GhostReach r;
+  r.prune = ghostneigh && nlayers > 1 && !domain->triclinic;
+  const double reach = (nlayers - 1) * cutoff + neighbor->skin;
+  r.reach_sq = reach * reach;
+  for (int d = 0; d < 3; ++d) {
+    r.lo[d] = domain->sublo[d];
+    r.hi[d] = domain->subhi[d];
+  }
+  return r;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -471,6 +500,19 @@ void PairTorch::check_finite()
              "Pair style torch: model {} returned a non-finite energy or force on step {}{}{}",
              model_file, update->ntimestep, bad.empty() ? "" : " near atom IDs ",
              join_words(bad));
+}
+
+/* ----------------------------------------------------------------------
+   "graph_size": nodes and edges of this rank's last graph (1-dim, 2 values)
+------------------------------------------------------------------------- */
+
+void *PairTorch::extract(const char *name, int &dim)
+{
+  if (strcmp(name, "graph_size") == 0) {
+    dim = 1;
+    return (void *) graph_size;
+  }
+  return nullptr;
 }
 
 /* ---------------------------------------------------------------------- */

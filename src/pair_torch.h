@@ -41,6 +41,7 @@ class PairTorch : public Pair {
   void init_style() override;
   double init_one(int, int) override;
   double memory_usage() override;
+  void *extract(const char *, int &) override;
 
   // the loaded model (nullptr before pair_coeff); fixes that keep using it
   // (fix torch/finetune) hold it through shared_model(), so it outlives a
@@ -81,6 +82,7 @@ class PairTorch : public Pair {
   std::vector<int64_t> edge_nbr;
   std::unique_ptr<MLTorch::GraphOutput> output;
   int ncounted;    // nodes [0, ncounted) are the local atoms whose energies count
+  double graph_size[2] = {0.0, 0.0};    // nodes and edges of the last graph (extract "graph_size")
 
   virtual void allocate();
   void build_graph();
@@ -88,6 +90,24 @@ class PairTorch : public Pair {
   void check_finite();
   void collective_check(bool ok, const std::string &message);
   std::string torch_device() const;
+
+  // ghost atoms whose edges can reach a local energy (message-passing models)
+  struct GhostReach {
+    bool prune = false;
+    double lo[3] = {0, 0, 0}, hi[3] = {0, 0, 0};
+    double reach_sq = 0.0;
+    bool needed(const double *xi) const
+    {
+      if (!prune) return true;
+      double d2 = 0.0;
+      for (int d = 0; d < 3; ++d) {
+        const double out = (xi[d] < lo[d]) ? lo[d] - xi[d] : (xi[d] > hi[d] ? xi[d] - hi[d] : 0.0);
+        d2 += out * out;
+      }
+      return d2 <= reach_sq;
+    }
+  };
+  GhostReach ghost_reach() const;
 };
 
 }    // namespace LAMMPS_NS
