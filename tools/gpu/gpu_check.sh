@@ -5,6 +5,10 @@
 # tools/gpu/prepare_carry.sh. Builds an MPI-less lmp (LAMMPS MPI stubs) in
 # build-gpu/, then runs examples/gpu/in.gpu_check on the CPU and on the GPU
 # and prints atom-steps/s of both and the largest force difference.
+# With KOKKOS_CUDA_PREFIX set to an installed Kokkos >= 5.1 built for CUDA
+# (none can be had on the machines this project is built on), it also
+# builds LAMMPS + KOKKOS with pair_style torch/kk in build-gpu-kk/ and runs
+# the same input with -k on g 1 -sf kk -pk kokkos newton on neigh full.
 #   tools/gpu/gpu_check.sh [python]      (results also in $OUT if set)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -22,14 +26,26 @@ cmake -S . -B build-gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DLAMMPS_SOURCE_D
       -DML_TORCH_JSON_INCLUDE_DIR="$here/gpu-carry/include" > "$out/cmake.log" 2>&1 \
   || { tail -40 "$out/cmake.log"; exit 1; }
 cmake --build build-gpu --target lmp -j "$jobs" > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+if [ -n "${KOKKOS_CUDA_PREFIX:-}" ]; then
+  cmake -S . -B build-gpu-kk "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DLAMMPS_SOURCE_DIR="$here/gpu-carry/lammps" \
+        -DML_TORCH_PYTHON="$(command -v "$py")" -DML_TORCH_MPI=OFF -DML_TORCH_BUILD_TESTS=OFF \
+        -DML_TORCH_KOKKOS=ON -DCMAKE_PREFIX_PATH="$KOKKOS_CUDA_PREFIX" \
+        -DML_TORCH_JSON_INCLUDE_DIR="$here/gpu-carry/include" > "$out/cmake-kk.log" 2>&1 \
+    && cmake --build build-gpu-kk --target lmp -j "$jobs" > "$out/build-kk.log" 2>&1 \
+    || { echo "torch/kk build failed: see $out/cmake-kk.log, $out/build-kk.log"; tail -20 "$out/build-kk.log"; }
+fi
 cd examples/gpu
+if [ -x ../../build-gpu-kk/lmp ]; then
+  ../../build-gpu-kk/lmp -k on g 1 -sf kk -pk kokkos newton on neigh full -in in.gpu_check -var device kk \
+    -var out "$out" -log "$out/log.kk" -echo none > /dev/null || echo "torch/kk run failed (log $out/log.kk)"
+fi
 for dev in cpu cuda; do
   ../../build-gpu/lmp -in in.gpu_check -var device "$dev" -var out "$out" \
     -log "$out/log.$dev" -echo none > /dev/null
   grep -E "Loop time|Performance" "$out/log.$dev" | sed "s/^/$dev: /"
 done
 "$py" - "$out" <<'PY'
-import sys, numpy as np
+import os, sys, numpy as np
 out = sys.argv[1]
 def forces(dev):
     rows = [l.split() for l in open(f"{out}/forces.{dev}") if l[:1].isdigit()]
@@ -42,4 +58,11 @@ fc, fg = forces("cpu"), forces("cuda")
 print(f"max |F_cuda - F_cpu| = {np.abs(fc - fg).max():.3e} eV/A (max |F| {np.abs(fc).max():.3f})")
 rc, rg = rate("cpu"), rate("cuda")
 print(f"atom-steps/s: cpu {rc:.4g}, cuda {rg:.4g}, speed-up {rg / rc:.2f}x")
+if os.path.exists(f"{out}/forces.kk"):
+    fk = forces("kk")
+    print(f"torch/kk on CUDA: max |F_kk - F_cpu| = {np.abs(fc - fk).max():.3e} eV/A, "
+          f"atom-steps/s {rate('kk'):.4g}")
 PY
+if [ -z "${KOKKOS_CUDA_PREFIX:-}" ]; then
+  echo "torch/kk on CUDA: skipped (no CUDA Kokkos; set KOKKOS_CUDA_PREFIX to an installed Kokkos >= 5.1 with CUDA)"
+fi

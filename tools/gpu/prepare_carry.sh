@@ -13,7 +13,7 @@ out=$here/gpu-carry
 rm -rf "$out" && mkdir -p "$out/lammps/src" "$out/lammps/potentials" "$out/include"
 cp -r "$src/cmake" "$out/lammps/"
 find "$src/src" -maxdepth 1 -type f -exec cp {} "$out/lammps/src/" \;
-for d in MANYBODY STUBS PLUGIN fmt nlohmann; do
+for d in MANYBODY STUBS PLUGIN KOKKOS fmt nlohmann; do
   [ -d "$src/src/$d" ] && cp -r "$src/src/$d" "$out/lammps/src/"
 done
 cp "$src/potentials/Si.sw" "$out/lammps/potentials/"
