@@ -33,10 +33,9 @@ mass            1 28.0855
 velocity        all create 900.0 4928 loop geom
 pair_style      torch
 pair_coeff      * * {student} Si
-fix             ft all torch/finetune {every} teacher sw "* * {lammps_pot}/Si.sw Si" &
-                weights 1.0 10.0 0.1 lr 1e-4 replay 20 2 log 0 check 50
+{fix}
 fix             md all nvt temp 900.0 900.0 0.1
-thermo_style    custom step temp pe f_ft[3] f_ft[7]
+thermo_style    custom step temp pe {columns}
 thermo          {thermo}
 thermo_modify   flush yes
 run             {steps}
@@ -77,13 +76,19 @@ def main():
     ap.add_argument("--every", type=int, default=100)
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--lmp", default=os.path.join(here, "build", "lmp"))
+    ap.add_argument("--md-only", action="store_true", help="no fix torch/finetune (the MD part alone)")
     args = ap.parse_args()
     lammps_pot = os.path.realpath(os.path.join(here, "build", "lammps-potentials"))
     work = tempfile.mkdtemp(prefix="mltorch-soak-")
-    thermo = max(args.steps // 200, 10)
+    thermo = max(args.steps // 200 // args.every * args.every, args.every)
+    fix, columns = "", "c_thermo_temp c_thermo_temp"
+    if not args.md_only:
+        fix = (f'fix             ft all torch/finetune {args.every} teacher sw "* * {lammps_pot}/Si.sw Si" &\n'
+               f'                weights 1.0 10.0 0.1 lr 1e-4 replay 20 2 log 0 check 50')
+        columns = "f_ft[3] f_ft[7]"
     with open(os.path.join(work, "in.soak"), "w") as f:
         f.write(INPUT.format(student=os.path.join(here, "examples", "finetune", "si_student.pt"),
-                             lammps_pot=lammps_pot, every=args.every, thermo=thermo, steps=args.steps))
+                             fix=fix, columns=columns, thermo=thermo, steps=args.steps))
     log = os.path.join(work, "log.lammps")
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(args.np), args.lmp,
            "-in", "in.soak", "-log", log, "-screen", "none"]
@@ -118,7 +123,7 @@ def main():
     with open(log) as f:
         for line in f:
             m = step_re.match(line)
-            if m and len(line.split()) >= 5:
+            if m and len(line.split()) >= 5 and not args.md_only:
                 updates = int(float(line.split()[4]))
     steps = np.array([s for s, _ in samples], dtype=float)
     rss = np.array([r for _, r in samples], dtype=float)
