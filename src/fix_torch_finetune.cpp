@@ -528,7 +528,7 @@ void FixTorchFinetune::init()
   const int ntypes = atom->ntypes;
   for (int i = 1; i <= ntypes; ++i)
     for (int j = i; j <= ntypes; ++j)
-      if (!teacher->setflag[i][j] && !teacher->setflag[j][i])
+      if (!teacher->setflag[i][j])    // (LAMMPS sets the i <= j half only)
         error->all(FLERR,
                    "Fix torch/finetune teacher: its coefficients leave atom types {} and {} "
                    "without interaction; the teacher must describe the whole system (no NULL "

@@ -864,7 +864,7 @@ TEST_F(FinetuneErrors, TeacherWithNullTypes)
            "pair_style hybrid torch lj/cut 5.0",
            "pair_coeff * * torch " + potentials + "/si_local.pt Si NULL",
            "pair_coeff 1 2 lj/cut 0.01 3.0", "pair_coeff 2 2 lj/cut 0.01 3.0"});
-  EXPECT_ERROR("its coefficients leave atom types 2 and 2 without interaction",
+  EXPECT_ERROR("its coefficients leave atom types 1 and 2 without interaction",
                "fix ft all torch/finetune 1 teacher sw \"* * " + lammps_potentials +
                    "/Si.sw Si NULL\" log 0",
                "run 1 post no");
