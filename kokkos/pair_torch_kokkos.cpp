@@ -46,7 +46,7 @@ template <class DeviceType>
 PairTorchKokkos<DeviceType>::PairTorchKokkos(LAMMPS *lmp) :
     PairTorch(lmp), node_capacity(0), edge_capacity(0), pad_nodes(0), pad_edges(0),
     capacity_changes(0.0), nnodes_real(0), nedges_real(0), nnodes_model(0), nedges_model(0),
-    ncentres(0), device_given(false)
+    ncentres(0)
 {
   respa_enable = 0;
   kokkosable = 1;
@@ -78,7 +78,7 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::settings(int narg,
 {
   std::vector<char *> rest;
   pad_nodes = pad_edges = 0;
-  device_given = false;
+  bool device_given = false;
   for (int i = 0; i < narg; ++i) {
     if (strcmp(arg[i], "pad") == 0) {
       if (i + 3 > narg) MLTorchCompat::missing_args(FLERR, "pair_style torch/kk pad", error);
@@ -192,22 +192,21 @@ void PairTorchKokkos<DeviceType>::ensure_capacity(int64_t nodes, int64_t edges)
 namespace {
 // ghost centres whose edges cannot reach a local energy (message-passing
 // models; the rule of PairTorch::ghost_reach, evaluated in the kernels)
-template <class XView> struct GhostCentreFilter {
+// (GhostReach::needed is host code; its data is read here on the device)
+template <class XView, class Reach> struct GhostCentreFilter {
   XView x;
-  bool prune = false;
-  int nlocal_centres = 0;
-  double lo[3] = {0, 0, 0}, hi[3] = {0, 0, 0};
-  double reach_sq = 0.0;
+  Reach reach;
+  int nlocal_centres;
   KOKKOS_INLINE_FUNCTION bool skip(int ii, int i) const
   {
-    if (!prune || ii < nlocal_centres) return false;
+    if (!reach.prune || ii < nlocal_centres) return false;
     double d2 = 0.0;
     for (int d = 0; d < 3; ++d) {
       const double p = x(i, d);
-      const double out = (p < lo[d]) ? lo[d] - p : (p > hi[d] ? p - hi[d] : 0.0);
+      const double out = (p < reach.lo[d]) ? reach.lo[d] - p : (p > reach.hi[d] ? p - reach.hi[d] : 0.0);
       d2 += out * out;
     }
-    return d2 > reach_sq;
+    return d2 > reach.reach_sq;
   }
 };
 }    // namespace
@@ -232,16 +231,7 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::build_graph_device
   const double rcsq = cutoff * cutoff;
   // ghost centres that cannot reach a local energy build no edges (see
   // PairTorch::ghost_reach; the same rule as the CPU style)
-  const auto reach = ghost_reach();
-  GhostCentreFilter<typename KK::t_x> ghost_filter;
-  ghost_filter.x = lx;
-  ghost_filter.prune = reach.prune;
-  ghost_filter.nlocal_centres = inum;
-  ghost_filter.reach_sq = reach.reach_sq;
-  for (int d = 0; d < 3; ++d) {
-    ghost_filter.lo[d] = reach.lo[d];
-    ghost_filter.hi[d] = reach.hi[d];
-  }
+  const GhostCentreFilter<typename KK::t_x, GhostReach> ghost_filter{lx, ghost_reach(), inum};
   Kokkos::parallel_for(
       "torch/kk:count_edges", Kokkos::RangePolicy<DeviceType>(0, ncentres), KOKKOS_LAMBDA(int ii) {
         const int i = d_ilist(ii);

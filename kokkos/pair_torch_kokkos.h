@@ -69,7 +69,6 @@ template <class DeviceType> class PairTorchKokkos : public PairTorch {
   double capacity_changes;         // number of buffer (re)allocations, see extract()
   int64_t nnodes_real, nedges_real, nnodes_model, nedges_model;
   int ncentres;
-  bool device_given;    // the device keyword was used
 
   // smallest capacities: a rank without atoms still hands LibTorch real buffers
   static constexpr int64_t MIN_CAPACITY = 16;

@@ -338,17 +338,20 @@ void PairTorch::build_graph()
     }
     return atom2node[a];
   };
+  // centres: the local atoms, then the ghost centres that can reach a local energy
   const GhostReach reach = ghost_reach();
+  centres.clear();
   for (int ii = 0; ii < ncentre; ii++)
-    if (ii < inum || reach.needed(x[ilist[ii]])) node_of(ilist[ii]);
+    if (ii < inum || reach.needed(x[ilist[ii]])) {
+      centres.push_back(ilist[ii]);
+      node_of(ilist[ii]);
+    }
   ncounted = inum;
 
   edge_vec.clear();
   edge_index.clear();    // centres first; neighbours gathered in edge_nbr
   edge_nbr.clear();
-  for (int ii = 0; ii < ncentre; ii++) {
-    const int i = ilist[ii];
-    if (ii >= inum && !reach.needed(x[i])) continue;
+  for (const int i : centres) {
     const int64_t ni = atom2node[i];
     const double xi = x[i][0], yi = x[i][1], zi = x[i][2];
     const int *jlist = firstneigh[i];
@@ -520,7 +523,7 @@ void *PairTorch::extract(const char *name, int &dim)
 double PairTorch::memory_usage()
 {
   double bytes = Pair::memory_usage();
-  bytes += (double) (atom2node.capacity() + node2atom.capacity()) * sizeof(int);
+  bytes += (double) (atom2node.capacity() + node2atom.capacity() + centres.capacity()) * sizeof(int);
   bytes += (double) (species.capacity() + edge_index.capacity() + edge_nbr.capacity()) *
       sizeof(int64_t);
   bytes += (double) (edge_vec.capacity() + output->edge_grad.capacity() +

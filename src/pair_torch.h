@@ -62,36 +62,9 @@ class PairTorch : public Pair {
   virtual void sync_host_for_fix() {}
   virtual void host_forces_modified() {}
 
- protected:
-  std::shared_ptr<MLTorch::Model> model_;
-  std::string model_file;
-  std::string model_hash_;    // content hash of the loaded file's bytes
-  std::string device_name;    // torch device, "cpu" unless the device keyword says otherwise
-  int nthreads;               // torch intra-op threads; 0 = LAMMPS default
-  int torch_threads = 1;      // the count init_style() chose, set before every evaluation
-  double cutoff;              // model cutoff
-  double cutghost_model;      // ghost cutoff requested for message-passing models
-  int nlayers;                // message-passing layers (1 = strictly local)
-  bool centroid_supported = true;    // false: this variant computes no centroid virial
-  std::vector<int> type2species;    // LAMMPS type -> model species, -1 for NULL
-
-  // graph buffers, grown and reused from step to step
-  std::vector<int> atom2node, node2atom;
-  std::vector<int64_t> species, edge_index;
-  std::vector<double> edge_vec;
-  std::vector<int64_t> edge_nbr;
-  std::unique_ptr<MLTorch::GraphOutput> output;
-  int ncounted;    // nodes [0, ncounted) are the local atoms whose energies count
-  double graph_size[2] = {0.0, 0.0};    // nodes and edges of the last graph (extract "graph_size")
-
-  virtual void allocate();
-  void build_graph();
-  void graph_input(MLTorch::GraphInput &in) const;
-  void check_finite();
-  void collective_check(bool ok, const std::string &message);
-  std::string torch_device() const;
-
-  // ghost atoms whose edges can reach a local energy (message-passing models)
+  // ghost atoms whose edges can reach a local energy (message-passing models);
+  // public because torch/kk captures it in device lambdas (CUDA forbids
+  // protected member types there)
   struct GhostReach {
     bool prune = false;
     double lo[3] = {0, 0, 0}, hi[3] = {0, 0, 0};
@@ -107,6 +80,36 @@ class PairTorch : public Pair {
       return d2 <= reach_sq;
     }
   };
+
+ protected:
+  std::shared_ptr<MLTorch::Model> model_;
+  std::string model_file;
+  std::string model_hash_;    // content hash of the loaded file's bytes
+  std::string device_name;    // torch device, "cpu" unless the device keyword says otherwise
+  int nthreads;               // torch intra-op threads; 0 = LAMMPS default
+  int torch_threads = 1;      // the count init_style() chose, set before every evaluation
+  double cutoff;              // model cutoff
+  double cutghost_model;      // ghost cutoff requested for message-passing models
+  int nlayers;                // message-passing layers (1 = strictly local)
+  bool centroid_supported = true;    // false: this variant computes no centroid virial
+  std::vector<int> type2species;    // LAMMPS type -> model species, -1 for NULL
+
+  // graph buffers, grown and reused from step to step
+  std::vector<int> atom2node, node2atom, centres;
+  std::vector<int64_t> species, edge_index;
+  std::vector<double> edge_vec;
+  std::vector<int64_t> edge_nbr;
+  std::unique_ptr<MLTorch::GraphOutput> output;
+  int ncounted;    // nodes [0, ncounted) are the local atoms whose energies count
+  double graph_size[2] = {0.0, 0.0};    // nodes and edges of the last graph (extract "graph_size")
+
+  virtual void allocate();
+  void build_graph();
+  void graph_input(MLTorch::GraphInput &in) const;
+  void check_finite();
+  void collective_check(bool ok, const std::string &message);
+  std::string torch_device() const;
+
   GhostReach ghost_reach() const;
 };
 

@@ -12,6 +12,7 @@
 
 #include <mpi.h>
 
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,16 @@ class LammpsSession {
   void cmds(const std::vector<std::string> &lines)
   {
     for (const auto &l : lines) cmd(l);
+  }
+  // the ERROR text (exception message) the commands end with, or "" if none
+  std::string error_of(const std::vector<std::string> &lines)
+  {
+    try {
+      cmds(lines);
+    } catch (std::exception &e) {
+      return e.what();
+    }
+    return "";
   }
   std::size_t natoms() const { return static_cast<std::size_t>(lammps_get_natoms(lmp)); }
   double thermo(const char *key) { return lammps_get_thermo(lmp, key); }

@@ -429,12 +429,7 @@ TEST(CentroidStress, MessagePassingModelIsRefused)
   l.cmds(crystal("lattice diamond 5.431", 28.0855, false, 2));
   l.cmds({"pair_style torch", "pair_coeff * * " + potentials + "/si_mp2.pt Si",
           "compute cs all centroid/stress/atom NULL virial", "thermo_style custom step pe"});
-  std::string msg;
-  try {
-    l.cmd("run 0 post no");
-  } catch (std::exception &e) {
-    msg = e.what();
-  }
+  const std::string msg = l.error_of({"run 0 post no"});
   EXPECT_NE(msg.find("Pair style does not support compute centroid/stress/atom"), std::string::npos)
       << "got: " << msg;
 }

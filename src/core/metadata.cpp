@@ -42,17 +42,15 @@ Metadata parse_metadata(const std::string &text, const std::string &source)
 
   Metadata m;
   m.json = text;
+  // integers are compared as 64-bit values (an unsigned one above 2^63 reads
+  // as negative), so no large value wraps into the accepted range
   const auto &ver = require("format_version");
   if (!ver.is_number_integer()) throw bad("format_version", "must be an integer");
-  if (ver.get<int64_t>() != kFormatVersion ||
-      (ver.is_number_unsigned() && ver.get<uint64_t>() != static_cast<uint64_t>(kFormatVersion)))
-    m.format_version = -1;    // reported below
-  else
-    m.format_version = kFormatVersion;
-  if (m.format_version != kFormatVersion)
+  if (ver.get<int64_t>() != kFormatVersion)
     throw ModelError("Model file " + source + " has format version " + ver.dump() +
                      ", this ML-TORCH build reads version " +
                      std::to_string(kFormatVersion) + "; re-export the model or update ML-TORCH");
+  m.format_version = kFormatVersion;
 
   const auto &cut = require("cutoff");
   if (!cut.is_number() || !(cut.get<double>() > 0.0) || !std::isfinite(cut.get<double>()))
@@ -70,10 +68,8 @@ Metadata parse_metadata(const std::string &text, const std::string &source)
     m.elements.push_back(e.get<std::string>());
   }
 
-  // (read as a 64-bit integer first: a huge value must not wrap into range)
   const auto &nl = require("num_interaction_layers");
-  if (!nl.is_number_integer() || nl.get<int64_t>() < 1 || nl.get<int64_t>() > kMaxLayers ||
-      (nl.is_number_unsigned() && nl.get<uint64_t>() > static_cast<uint64_t>(kMaxLayers)))
+  if (!nl.is_number_integer() || nl.get<int64_t>() < 1 || nl.get<int64_t>() > kMaxLayers)
     throw bad("num_interaction_layers", "must be an integer from 1 to " + std::to_string(kMaxLayers));
   m.num_interaction_layers = static_cast<int>(nl.get<int64_t>());
 

@@ -358,16 +358,6 @@ TEST(KokkosThreads, OneOpenMPRuntimeAndOneThreadCount)
    errors a GPU run meets first, shown on the host back end
 ------------------------------------------------------------------------- */
 
-static std::string error_of(Lammps &l, const std::vector<std::string> &lines)
-{
-  try {
-    l.cmds(lines);
-  } catch (std::exception &e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(KokkosErrors, NewtonOffNamesThePackageSetting)
 {
   Lammps l(true);
@@ -375,7 +365,7 @@ TEST(KokkosErrors, NewtonOffNamesThePackageSetting)
   setup[2] = "newton off";
   setup.insert(setup.end(), {"pair_style torch", "pair_coeff * * " + potentials + "/lj_Ar.pt Ar",
                              "run 0 post no"});
-  const std::string msg = error_of(l, setup);
+  const std::string msg = l.error_of(setup);
   EXPECT_NE(msg.find("Pair style torch/kk requires newton pair on: run with '-pk kokkos newton on "
                      "neigh full'"),
             std::string::npos)
@@ -392,7 +382,7 @@ TEST(KokkosErrors, NonFiniteForcesOnStepsWithoutVirial)
                              "pair_coeff * * " + std::string(ML_TORCH_TEST_MODELS_DIR) +
                                  "/nanforce_Ar.pt Ar",
                              "thermo_style custom step temp", "fix md all nve", "run 3 post no"});
-  const std::string msg = error_of(l, setup);
+  const std::string msg = l.error_of(setup);
   EXPECT_NE(msg.find("returned a non-finite energy or force on step 0"), std::string::npos)
       << "got: " << msg;
   EXPECT_NE(msg.find("non-finite edge gradient component(s)"), std::string::npos) << "got: " << msg;
