@@ -176,9 +176,11 @@ def main():
         trn = [samples[i] for i in idx[n_val:]]
         torch.manual_seed(0)
         if arch == "local":
-            model = LocalMBNet(cutoff, len(elements), **options).double()
+            architecture = dict(cutoff=cutoff, n_species=len(elements), **options)
+            model = LocalMBNet(**architecture).double()
         else:
-            model = MPNet(cutoff, len(elements), num_layers=layers, **options).double()
+            architecture = dict(cutoff=cutoff, n_species=len(elements), num_layers=layers, **options)
+            model = MPNet(**architecture).double()
         fit_energy_shift(model, trn, len(elements))
         scale_features(model, trn)
         print(f"== {name}: {len(frames)} frames ({len(trn)} train, {len(val)} validation), "
@@ -194,7 +196,8 @@ def main():
         extra = {"n_parameters": sum(p.numel() for p in model.parameters()),
                  "validation": metrics, "reference": SYSTEMS[system]["reference"]}
         kw = dict(cutoff=cutoff, elements=elements, units="metal", num_interaction_layers=layers,
-                  model_type=("LocalMBNet" if arch == "local" else f"MPNet-{layers}"), extra=extra)
+                  model_type=("LocalMBNet" if arch == "local" else f"MPNet-{layers}"), extra=extra,
+                  architecture=architecture)
         meta = export(model, os.path.join(args.out, name + ".pt"), dtype="float64", **kw)
         export(model, os.path.join(args.out, name + "_f32.pt"), dtype="float32", **kw)
         model.double()

@@ -99,8 +99,13 @@ def content_hash(scripted):
 
 
 def export(module, path, *, cutoff, elements, units, dtype="float64",
-           num_interaction_layers=1, model_type="", extra=None, check=True):
-    """Script `module`, cast it to `dtype`, check the contract and save it atomically."""
+           num_interaction_layers=1, model_type="", extra=None, check=True, architecture=None):
+    """Script `module`, cast it to `dtype`, check the contract and save it atomically.
+
+    `architecture`: the keyword arguments that rebuild `module` from its class
+    (an importable one, not `__main__`).  They are stored in the metadata so
+    that `mltorch-compile` can rebuild the eager module from the file alone.
+    """
     if dtype not in DTYPES:
         raise ExportError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     if not (isinstance(cutoff, (int, float)) and math.isfinite(cutoff) and cutoff > 0):
@@ -129,6 +134,17 @@ def export(module, path, *, cutoff, elements, units, dtype="float64",
         "model_type": model_type,
         "content_hash": content_hash(scripted),
     }
+    if architecture is not None:
+        cls = type(module)
+        if cls.__module__ == "__main__":
+            raise ExportError("architecture: the module's class must be importable (defined in a "
+                              "package, not in the script being run) to be rebuilt for compiling")
+        try:
+            json.dumps(architecture)
+        except TypeError as e:
+            raise ExportError(f"architecture keyword arguments must be JSON values: {e}")
+        meta["architecture"] = {"class": f"{cls.__module__}.{cls.__qualname__}",
+                                "kwargs": architecture}
     if extra:
         meta.update(extra)
     text = json.dumps(meta, indent=1, sort_keys=True)

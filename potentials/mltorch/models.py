@@ -59,7 +59,9 @@ class Descriptor(nn.Module):
         self.mix = nn.Parameter(torch.randn(n_species * n_species, n_basis, channels) / math.sqrt(n_basis))
         self.n_features = channels + channels * (channels + 1)
 
-    def forward(self, edge_vectors: Tensor, edge_index: Tensor, species: Tensor, n_nodes: int):
+    def forward(self, edge_vectors: Tensor, edge_index: Tensor, species: Tensor, n_nodes: int,
+                n_out: int):
+        """Descriptors of nodes [0, n_out) (the moments sum over all edges of each centre)."""
         r = torch.linalg.norm(edge_vectors, dim=1)
         u = edge_vectors / r[:, None]
         basis = self.rbf(r)
@@ -73,6 +75,8 @@ class Descriptor(nn.Module):
         uu = u[:, :, None] * u[:, None, :] - torch.eye(3, dtype=r.dtype, device=r.device) / 3.0
         a2 = torch.zeros(n_nodes, c * 9, dtype=r.dtype, device=r.device).index_add(
             0, centre, (radial[:, :, None, None] * uu[:, None, :, :]).reshape(-1, c * 9)).reshape(n_nodes, c, 9)
+        # the invariants (the costly part) only for the nodes whose energy is asked for
+        a0, a1, a2 = a0[:n_out], a1[:n_out], a2[:n_out]
         # all channel pairs (c <= c'): A1_c . A1_c' and A2_c : A2_c'
         iu = torch.triu_indices(c, c, device=r.device)
         g1 = torch.bmm(a1, a1.transpose(1, 2))[:, iu[0], iu[1]]
@@ -91,12 +95,15 @@ class LocalMBNet(nn.Module):
         self.register_buffer("feature_scale", torch.ones(self.descriptor.n_features, dtype=torch.float64))
 
     def forward(self, edge_vectors: Tensor, edge_index: Tensor, species: Tensor, n_local: int) -> Tensor:
+        # strictly local: only the n_local energies that count are computed (ghost
+        # nodes only lend their positions and species to the edges)
         n_nodes = species.size(0)
-        feats, r = self.descriptor(edge_vectors, edge_index, species, n_nodes)
+        feats, r = self.descriptor(edge_vectors, edge_index, species, n_nodes, n_local)
         feats = feats * self.feature_scale
-        energy = self.energy_shift[species].clone()
+        local_species = species[:n_local]
+        energy = self.energy_shift[local_species].clone()
         for s, net in enumerate(self.nets):
-            idx = torch.nonzero(species == s).flatten()
+            idx = torch.nonzero(local_species == s).flatten()
             energy = energy.index_add(0, idx, net(feats[idx]).squeeze(-1))
         return energy
 
@@ -118,10 +125,17 @@ class MPNet(nn.Module):
 
     def forward(self, edge_vectors: Tensor, edge_index: Tensor, species: Tensor, n_local: int) -> Tensor:
         n_nodes = species.size(0)
-        feats, r = self.descriptor(edge_vectors, edge_index, species, n_nodes)
+        feats, r = self.descriptor(edge_vectors, edge_index, species, n_nodes, n_nodes)
         h = self.encode(torch.cat([feats * self.feature_scale, self.embed(species).to(feats.dtype)], dim=1))
         basis = self.descriptor.rbf(r)
-        for filt, val, upd in zip(self.filters, self.values, self.updates):
+        last = len(self.filters) - 1
+        for k, (filt, val, upd) in enumerate(zip(self.filters, self.values, self.updates)):
             msg = filt(basis) * val(h)[edge_index[1]]
-            h = h + upd(torch.zeros_like(h).index_add(0, edge_index[0], msg))
-        return self.energy_shift[species] + self.readout(h).squeeze(-1)
+            agg = torch.zeros_like(h).index_add(0, edge_index[0], msg)
+            if k == last:
+                # the last update and the readout only for the n_local energies that count
+                h = h[:n_local] + upd(agg[:n_local])
+            else:
+                h = h + upd(agg)
+        h = h[:n_local]
+        return self.energy_shift[species[:n_local]] + self.readout(h).squeeze(-1)

@@ -56,7 +56,9 @@ def batch_predict(model, samples, create_graph):
         atom_off += s.n
         node_off += g.species.shape[0]
     ev = torch.cat(vecs)
-    node_e = model(ev, torch.cat(index, 1), torch.cat(species), 0)
+    all_species = torch.cat(species)
+    # every node's energy (n_local = all nodes); the local ones are picked below
+    node_e = model(ev, torch.cat(index, 1), all_species, all_species.shape[0])
     local = torch.cat(local_nodes)
     energies = torch.zeros(len(samples), dtype=node_e.dtype).index_add(0, torch.cat(frame_of_local), node_e[local])
     dpos, dstrain = torch.autograd.grad(energies.sum(), [pos, strain], create_graph=create_graph)

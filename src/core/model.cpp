@@ -5,7 +5,9 @@
 
 #include "model.h"
 
+#include <caffe2/serialize/inline_container.h>
 #include <nlohmann/json.hpp>
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/cuda.h>
 #include <torch/script.h>
 #include <torch/torch.h>
@@ -16,8 +18,12 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <set>
 #include <sstream>
+
+#include <cstdlib>
+#include <filesystem>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -83,14 +89,41 @@ std::string libtorch_version()
 
 /* ---------------------------------------------------------------------- */
 
+// A compiled (AOTInductor) package made by mltorch-compile: the compiled
+// energy-and-gradient function takes the model's parameters and buffers as
+// inputs, so it always runs the twin's current values (fine-tuning updates
+// reach it without a reload or a recompile).
+struct Compiled {
+  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
+  std::string device_type;                  // "cpu" or "cuda"
+  int threads = 1;                          // OpenMP threads of the generated CPU code
+  std::vector<std::string> state_names;     // input order after the four graph tensors
+  std::vector<torch::Tensor> state;         // the twin's tensors (detached aliases), that order
+};
+
 struct Model::Impl {
-  torch::jit::Module module;
+  torch::jit::Module module;    // TorchScript (for a compiled package: its twin)
+  std::unique_ptr<Compiled> compiled;
   // training state between forward_train and backward_train
   torch::Tensor train_energy, train_forces, train_virial;
   Metadata meta;
   torch::Device device{torch::kCPU};
   torch::Dtype dtype = torch::kFloat64;
   std::string source;
+  // which parameters train (module order); the parameters themselves require
+  // gradients only while a training graph is built, so that plain MD keeps no
+  // activations for weight gradients
+  std::vector<bool> trainable;
+  bool params_require_grad = true;
+
+  void set_params_require_grad(bool on)
+  {
+    if (on == params_require_grad) return;
+    std::size_t k = 0;
+    for (auto p : module.parameters()) p.requires_grad_(on && trainable[k++]);
+    params_require_grad = on;
+  }
+  void bind_compiled_state();
 };
 
 static torch::Device parse_device(const std::string &name, const std::string &source)
@@ -116,6 +149,106 @@ static torch::Device parse_device(const std::string &name, const std::string &so
   return dev;
 }
 
+// names inside a compiled package (potentials/mltorch/compiled.py)
+static constexpr const char *kCompiledInfo = "extra/mltorch_compiled.json";
+static constexpr const char *kCompiledTwin = "mltorch/model.pt";
+static constexpr int kCompiledFormat = 1;
+
+static std::string device_type_name(const torch::Device &dev)
+{
+  return dev.is_cuda() ? "cuda" : "cpu";
+}
+
+static std::string first_line(const std::string &what)
+{
+  return what.substr(0, what.find('\n'));
+}
+
+static std::string read_record(caffe2::serialize::PyTorchStreamReader &zip, const std::string &name)
+{
+  auto [data, size] = zip.getRecord(name);
+  return std::string(static_cast<const char *>(data.get()), size);
+}
+
+// A compiled package, or nullptr for anything else (TorchScript, foreign data)
+static std::unique_ptr<Compiled> open_package(const std::string &bytes, const std::string &source,
+                                              std::string &twin)
+{
+  if (bytes.size() < 4 || bytes.compare(0, 2, "PK") != 0) return nullptr;    // not a zip archive
+  std::istringstream in(bytes);
+  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> zip;
+  try {
+    zip = std::make_unique<caffe2::serialize::PyTorchStreamReader>(&in);
+  } catch (std::exception &) {
+    return nullptr;    // reported by the TorchScript loader
+  }
+  if (!zip->hasRecord("archive_format")) return nullptr;    // a TorchScript archive
+  if (!zip->hasRecord(kCompiledInfo) || !zip->hasRecord(kCompiledTwin))
+    throw ModelError("Model file " + source +
+                     " is a torch.export/AOTInductor package without ML-TORCH data; compile "
+                     "models with mltorch-compile (potentials/mltorch), which adds the model "
+                     "file and metadata pair_style torch needs");
+  auto c = std::make_unique<Compiled>();
+  try {
+    auto info = nlohmann::json::parse(read_record(*zip, kCompiledInfo));
+    if (info.value("compiled_format", 0) != kCompiledFormat)
+      throw ModelError("Compiled model " + source + " has compiled_format " +
+                       info.value("compiled_format", nlohmann::json(0)).dump() +
+                       "; this build reads " + std::to_string(kCompiledFormat) +
+                       ": compile it again with this version's mltorch-compile");
+    c->device_type = info.at("device").get<std::string>();
+    c->threads = info.value("threads", 1);
+    c->state_names = info.at("state_names").get<std::vector<std::string>>();
+    const std::string built = info.value("torch_version", "");
+    if (built.rfind(libtorch_version(), 0) != 0)
+      throw ModelError("Compiled model " + source + " was compiled with torch " + built +
+                       " but this LAMMPS links LibTorch " + libtorch_version() +
+                       "; compiled code is tied to one version: run mltorch-compile again here");
+  } catch (nlohmann::json::exception &e) {
+    throw ModelError("Compiled model " + source + ": unreadable " + kCompiledInfo + " (" + e.what() +
+                     ")");
+  }
+  twin = read_record(*zip, kCompiledTwin);
+
+  // the loader reads a file: a private copy of the broadcast bytes, removed
+  // once loaded (the loader unpacks its shared library elsewhere)
+  std::string path = (std::filesystem::temp_directory_path() / "mltorch-XXXXXX.pt2").string();
+  const int fd = ::mkstemps(path.data(), 4);
+  if (fd < 0)
+    throw ModelError("Cannot create a temporary file for compiled model " + source + " in " +
+                     std::filesystem::temp_directory_path().string() + ": " + std::strerror(errno) +
+                     " (set TMPDIR to a writable folder)");
+  const bool written = ::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size());
+  ::close(fd);
+  try {
+    if (!written) throw ModelError("cannot write " + path + ": " + std::strerror(errno));
+    c->loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(path, "model");
+  } catch (std::exception &e) {
+    std::remove(path.c_str());
+    throw ModelError("Cannot load compiled model " + source + ": " + first_line(e.what()));
+  }
+  std::remove(path.c_str());
+  return c;
+}
+
+void Model::Impl::bind_compiled_state()
+{
+  if (!compiled) return;
+  std::map<std::string, torch::Tensor> by_name;
+  for (const auto &p : module.named_parameters(/*recurse=*/true)) by_name[p.name] = p.value;
+  for (const auto &b : module.named_buffers(/*recurse=*/true)) by_name[b.name] = b.value;
+  compiled->state.clear();
+  for (const auto &name : compiled->state_names) {
+    auto it = by_name.find(name);
+    if (it == by_name.end())
+      throw ModelError("Compiled model " + source + " needs the tensor '" + name +
+                       "' that its model file does not have; the package is inconsistent: "
+                       "compile it again with mltorch-compile");
+    // aliases: optimizer steps and state loads update them in place
+    compiled->state.push_back(it->second.detach());
+  }
+}
+
 Model::Model(const std::string &bytes, const std::string &source, const std::string &device) :
     impl(std::make_unique<Impl>())
 {
@@ -124,9 +257,17 @@ Model::Model(const std::string &bytes, const std::string &source, const std::str
 
   if (bytes.empty())
     throw ModelError("Model file " + source + " is empty (0 bytes); was it written completely?");
+  std::string twin;
+  impl->compiled = open_package(bytes, source, twin);
+  if (impl->compiled && impl->compiled->device_type != device_type_name(impl->device))
+    throw ModelError("Compiled model " + source + " was compiled for " +
+                     impl->compiled->device_type + " but device " + impl->device.str() +
+                     " is requested; compile it for that device (mltorch-compile --device " +
+                     device_type_name(impl->device) + ") or use the TorchScript model file");
+  const std::string &script = impl->compiled ? twin : bytes;
   torch::jit::ExtraFilesMap extra{{kMetadataName, ""}};
   try {
-    std::istringstream in(bytes);
+    std::istringstream in(script);
     impl->module = torch::jit::load(in, impl->device, extra);
   } catch (std::exception &e) {
     std::string what = e.what();
@@ -151,6 +292,9 @@ Model::Model(const std::string &bytes, const std::string &source, const std::str
       throw ModelError("Model file " + source + ": buffer '" + b.name +
                        "' holds NaN or infinite values; the file is broken");
   impl->module.eval();
+  impl->trainable.assign(impl->module.parameters().size(), true);
+  impl->set_params_require_grad(false);
+  impl->bind_compiled_state();
 }
 
 Model::~Model() = default;
@@ -169,8 +313,53 @@ void Model::to_device(const std::string &device)
 {
   const torch::Device dev = parse_device(device, impl->source);
   if (dev == impl->device) return;
+  if (impl->compiled && impl->compiled->device_type != device_type_name(dev))
+    throw ModelError("Compiled model " + impl->source + " was compiled for " +
+                     impl->compiled->device_type + ", not for " + dev.str() +
+                     "; compile it for that device (mltorch-compile --device " + device_type_name(dev) +
+                     ") or use the TorchScript model file");
   impl->module.to(dev);
   impl->device = dev;
+  impl->bind_compiled_state();
+}
+
+bool Model::is_compiled() const
+{
+  return impl->compiled != nullptr;
+}
+
+int Model::compiled_threads() const
+{
+  return impl->compiled ? impl->compiled->threads : 0;
+}
+
+// The graph as tensors on the model's device, in the model's dtype
+struct GraphTensors {
+  torch::Tensor edge_vec, edge_index, species;
+};
+
+static GraphTensors wrap_graph(const GraphInput &in, const torch::Device &dev, torch::Dtype dtype)
+{
+  auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+  auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  if (in.on_model_device) {
+    i64 = i64.device(dev);
+    f64 = f64.device(dev);
+  }
+  // from_blob wraps the caller's buffers without copying; .to() copies only
+  // when the dtype or device differs from the host double/int64 layout
+  // (a rank may hold no atom or no edge: empty tensors are made, never
+  // wrapped, since a null or foreign pointer is not a valid blob on a GPU)
+  auto wrap = [](const void *p, c10::IntArrayRef shape, const torch::TensorOptions &o) {
+    for (auto n : shape)
+      if (n == 0) return torch::empty(shape, o);
+    return torch::from_blob(const_cast<void *>(p), shape, o);
+  };
+  GraphTensors g;
+  g.edge_vec = wrap(in.edge_vectors, {in.n_edges, 3}, f64).to(dev, dtype);
+  g.edge_index = wrap(in.edge_index, {2, in.n_edges}, i64).to(dev);
+  g.species = wrap(in.species, {in.n_nodes}, i64).to(dev);
+  return g;
 }
 
 // Graph tensors for the model and its forward pass, with the contract checks
@@ -181,28 +370,12 @@ struct ForwardPass {
 static ForwardPass run_forward(torch::jit::Module &module, const GraphInput &in,
                                const torch::Device &dev, torch::Dtype dtype, const std::string &source)
 {
-  auto i64 = torch::TensorOptions().dtype(torch::kInt64);
-  auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
-  if (in.on_model_device) {
-    i64 = i64.device(dev);
-    f64 = f64.device(dev);
-  }
-
-  // from_blob wraps the caller's buffers without copying; .to() copies only
-  // when the dtype or device differs from the host double/int64 layout
-  // (a rank may hold no atom or no edge: empty tensors are made, never
-  // wrapped, since a null or foreign pointer is not a valid blob on a GPU)
-  auto wrap = [](const void *p, c10::IntArrayRef shape, const torch::TensorOptions &o) {
-    for (auto n : shape)
-      if (n == 0) return torch::empty(shape, o);
-    return torch::from_blob(const_cast<void *>(p), shape, o);
-  };
+  auto g = wrap_graph(in, dev, dtype);
   ForwardPass fp;
-  fp.edge_vec = wrap(in.edge_vectors, {in.n_edges, 3}, f64).to(dev, dtype).requires_grad_(true);
-  fp.edge_index = wrap(in.edge_index, {2, in.n_edges}, i64).to(dev);
-  auto species = wrap(in.species, {in.n_nodes}, i64).to(dev);
+  fp.edge_vec = g.edge_vec.requires_grad_(true);
+  fp.edge_index = g.edge_index;
 
-  std::vector<torch::jit::IValue> args{fp.edge_vec, fp.edge_index, species, in.n_local};
+  std::vector<torch::jit::IValue> args{fp.edge_vec, fp.edge_index, g.species, in.n_local};
   torch::Tensor node_energy;
   try {
     auto result = module.forward(args);
@@ -239,33 +412,56 @@ void Model::evaluate(const GraphInput &in, GraphOutput &out, bool want_node_ener
 
 double Model::evaluate_into(const GraphInput &in, double *edge_grad, double *node_energy) const
 {
-  auto fp = run_forward(impl->module, in, impl->device, impl->dtype, impl->source);
-  auto total = fp.local_energy.sum();
+  torch::Tensor local_energy, grad;
+  // the compiled graphs are exported for >= 2 edges and nodes and >= 1 local
+  // atom; the rare smaller graph (a nearly empty subdomain) runs the twin
+  const bool compiled = impl->compiled && in.n_edges >= 2 && in.n_nodes >= 2 && in.n_local >= 1;
+  if (compiled) {
+    auto g = wrap_graph(in, impl->device, impl->dtype);
+    std::vector<torch::Tensor> inputs{g.edge_vec, g.edge_index, g.species,
+                                      g.species.narrow(0, 0, in.n_local)};
+    inputs.insert(inputs.end(), impl->compiled->state.begin(), impl->compiled->state.end());
+    std::vector<torch::Tensor> out;
+    try {
+      out = impl->compiled->loader->run(inputs);
+    } catch (std::exception &e) {
+      throw ModelError("Compiled model " + impl->source + " failed: " + first_line(e.what()));
+    }
+    if (out.size() != 2 || out[0].dim() != 1 || out[0].size(0) != in.n_local ||
+        out[1].sizes() != g.edge_vec.sizes())
+      throw ModelError("Compiled model " + impl->source +
+                       " returned outputs of unexpected shapes; compile it with mltorch-compile");
+    local_energy = out[0];
+    grad = out[1];
+  } else {
+    // no weight gradients in plain MD (not while a training graph is alive)
+    if (!impl->train_energy.defined()) impl->set_params_require_grad(false);
+    auto fp = run_forward(impl->module, in, impl->device, impl->dtype, impl->source);
+    local_energy = fp.local_energy;
+    auto total = local_energy.sum();
+    if (in.n_edges > 0 && total.requires_grad())
+      grad = torch::autograd::grad({total}, {fp.edge_vec}, {}, /*retain_graph=*/false,
+                                   /*create_graph=*/false, /*allow_unused=*/true)[0];
+  }
   auto out_opts = torch::TensorOptions().dtype(torch::kFloat64);
   if (in.on_model_device) out_opts = out_opts.device(impl->device);
   if (in.n_edges > 0) {
     auto out = torch::from_blob(edge_grad, {in.n_edges, 3}, out_opts);
-    torch::Tensor grad;
-    if (total.requires_grad())
-      grad = torch::autograd::grad({total}, {fp.edge_vec}, {}, /*retain_graph=*/false,
-                                   /*create_graph=*/false, /*allow_unused=*/true)[0];
     if (grad.defined())
       out.copy_(grad);
     else
       out.zero_();
   }
   if (node_energy && in.n_local > 0)
-    torch::from_blob(node_energy, {in.n_local}, out_opts).copy_(fp.local_energy.detach());
+    torch::from_blob(node_energy, {in.n_local}, out_opts).copy_(local_energy.detach());
   // the caller (a Kokkos kernel on its own stream) reads the outputs next:
   // the model's device work must be finished, not only queued
   if (impl->device.is_cuda()) torch::cuda::synchronize(impl->device.index());
 
-  // accumulate the energy in double whatever the model's dtype, atom by atom
-  auto e_host = fp.local_energy.detach().to(torch::kCPU, torch::kFloat64).contiguous();
-  const double *e = e_host.data_ptr<double>();
-  double sum = 0.0;
-  for (int64_t i = 0; i < in.n_local; ++i) sum += e[i];
-  return sum;
+  // the energy sum in double whatever the model's dtype, reduced where the
+  // energies are (one scalar leaves the device, not n_local of them)
+  if (in.n_local == 0) return 0.0;
+  return local_energy.detach().to(torch::kFloat64).sum().item<double>();
 }
 
 /* ---------------------------------------------------------------------- */
@@ -274,6 +470,7 @@ void Model::forward_train(const GraphInput &in, double &energy, std::vector<doub
                           double *virial)
 {
   impl->train_virial = torch::Tensor();
+  impl->set_params_require_grad(true);
   auto fp = run_forward(impl->module, in, impl->device, impl->dtype, impl->source);
   auto &edge_vec = fp.edge_vec;
   auto &edge_index = fp.edge_index;
@@ -347,8 +544,9 @@ std::vector<double> Model::flat_gradient(bool trainable_only) const
 {
   std::vector<double> out;
   out.reserve(num_parameters());
+  std::size_t k = 0;
   for (const auto &p : impl->module.parameters()) {
-    if (trainable_only && !p.requires_grad()) continue;
+    if (trainable_only && !impl->trainable[k++]) continue;
     // an unused parameter contributes zeros, so every rank reduces the same layout
     auto g = p.grad().defined() ? p.grad() : torch::zeros_like(p);
     auto h = g.detach().to(torch::kCPU, torch::kFloat64).contiguous().flatten();
@@ -376,26 +574,28 @@ std::vector<int64_t> Model::parameter_sizes() const
 
 void Model::set_trainable(const std::vector<bool> &mask)
 {
+  if (mask.size() < impl->trainable.size())
+    throw ModelError("set_trainable(): mask shorter than the parameter list");
   std::size_t k = 0;
   for (auto p : impl->module.parameters()) {
-    if (k >= mask.size()) throw ModelError("set_trainable(): mask shorter than the parameter list");
-    p.requires_grad_(mask[k++]);
+    impl->trainable[k] = mask[k];
+    p.requires_grad_(impl->params_require_grad && mask[k]);
     if (p.grad().defined()) p.mutable_grad() = torch::Tensor();
+    ++k;
   }
 }
 
 std::vector<bool> Model::trainable() const
 {
-  std::vector<bool> mask;
-  for (const auto &p : impl->module.parameters()) mask.push_back(p.requires_grad());
-  return mask;
+  return impl->trainable;
 }
 
 int64_t Model::num_trainable() const
 {
   int64_t n = 0;
+  std::size_t k = 0;
   for (const auto &p : impl->module.parameters())
-    if (p.requires_grad()) n += p.numel();
+    if (impl->trainable[k++]) n += p.numel();
   return n;
 }
 
@@ -467,8 +667,9 @@ struct Trainer::Impl {
 
 Trainer::Trainer(Model &model, const OptimizerSettings &s) : impl(std::make_unique<Impl>())
 {
+  std::size_t k = 0;
   for (const auto &p : model.impl->module.parameters())
-    if (p.requires_grad()) impl->params.push_back(p);
+    if (model.impl->trainable[k++]) impl->params.push_back(p);
   if (impl->params.empty()) throw ModelError("the model has no trainable parameter");
   if (s.kind == "adam") {
     impl->optimizer = std::make_unique<torch::optim::Adam>(

@@ -67,7 +67,9 @@ struct GraphOutput {
 
 class Model {
  public:
-  // Load a model from the bytes of a model file. `source` names it in messages.
+  // Load a model from the bytes of a model file: TorchScript (mltorch.export),
+  // or a compiled package (mltorch-compile), told apart by content.
+  // `source` names it in messages.
   Model(const std::string &bytes, const std::string &source, const std::string &device);
   ~Model();
   Model(const Model &) = delete;
@@ -77,6 +79,10 @@ class Model {
   std::string device() const;
   // move the parameters and buffers to another torch device (cpu, cuda:N)
   void to_device(const std::string &device);
+  // a compiled (AOTInductor) package from mltorch-compile: evaluate() runs the
+  // compiled code with the current parameters; training runs its TorchScript twin
+  bool is_compiled() const;
+  int compiled_threads() const;    // OpenMP threads baked into compiled CPU code (0: not compiled)
 
   // Energy and dE/dr_ij by one autograd pass; node energies on request.
   void evaluate(const GraphInput &in, GraphOutput &out, bool want_node_energy) const;

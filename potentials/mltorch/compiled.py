@@ -1,0 +1,260 @@
+"""mltorch-compile: compile an ML-TORCH model file into an AOTInductor package (.pt2).
+
+    mltorch-compile model.pt [-o model.pt2] [--device cpu|cuda] [--threads N]
+
+The package holds three things:
+  - the compiled energy-and-gradient function: inputs (edge_vectors [E, 3],
+    edge_index [2, E], species [N], local_species [n_local], *state), outputs
+    (node energies [n_local], dE/dr_ij [E, 3]).  The backward pass is part of
+    the compiled graph (traced with make_fx, exported with dynamic E, N and
+    n_local, compiled by AOTInductor).  The parameters and buffers (`state`)
+    are inputs, not constants, so the package holds no weights: a model that
+    fix torch/finetune updates reaches the compiled code on the next step
+    without a reload or a recompile.
+  - mltorch/model.pt, the TorchScript model file it was made from (the "twin"): its parameters,
+    metadata and autograd graph serve training, restart and model saves.
+  - extra/mltorch_compiled.json: device, threads, state order, torch version.
+
+`pair_style torch` recognises a package by its content, whatever the file
+is called.  The compiled code is specific to the machine's instruction set
+(-march=native) and to the LibTorch version: compile where you run.
+"""
+
+import argparse
+import importlib
+import json
+import math
+import os
+import sys
+import tempfile
+import warnings
+import zipfile
+
+import torch
+
+from .export import DTYPES, ExportError, read_metadata
+
+COMPILED_NAME = "mltorch_compiled.json"    # under the archive's extra/ folder
+TWIN_NAME = "mltorch/model.pt"              # the TorchScript twin (binary: not under extra/,
+                                            # which torch's own loader decodes as text)
+COMPILED_FORMAT = 1
+
+
+def rebuild(path):
+    """The eager module of a model file, from its recorded architecture and parameters."""
+    meta = read_metadata(path)
+    arch = meta.get("architecture")
+    if not isinstance(arch, dict) or "class" not in arch:
+        raise ExportError(
+            f"{path} does not record its architecture (metadata 'architecture'), so its eager "
+            "module cannot be rebuilt: export it with mltorch.export(..., architecture=kwargs), or "
+            "call mltorch.compiled.compile_model() with the eager module")
+    module_name, _, cls_name = arch["class"].rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), cls_name)
+    except (ImportError, AttributeError) as e:
+        raise ExportError(f"{path}: cannot import the architecture {arch['class']}: {e}")
+    module = cls(**arch.get("kwargs", {}))
+    scripted = torch.jit.load(path, map_location="cpu")
+    try:
+        module.load_state_dict(scripted.state_dict())
+    except RuntimeError as e:
+        raise ExportError(f"{path}: its parameters do not fit {arch['class']}"
+                          f"({arch.get('kwargs', {})}): {str(e).splitlines()[0]}")
+    return module.to(DTYPES[meta["dtype"]]).eval(), meta
+
+
+def _example_graph(cutoff, n_species, dtype, forbidden, seed=7):
+    """A random cluster of 41 nodes, 29 of them local, whose sizes collide with no
+    other dimension (symbolic tracing would otherwise tie them together)."""
+    gen = torch.Generator().manual_seed(seed)
+    n, n_local = 41, 29
+    pos = torch.rand(n, 3, generator=gen, dtype=torch.float64) * (1.6 * cutoff)
+    species = torch.arange(n) % n_species
+    ii, jj = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
+    mask = ii != jj
+    ii, jj = ii[mask], jj[mask]
+    vec = pos[jj] - pos[ii]
+    keep = (vec.norm(dim=1) < cutoff) & (vec.norm(dim=1) > 0.3 * cutoff)
+    vec, index = vec[keep], torch.stack([ii[keep], jj[keep]])
+    e = vec.shape[0]
+    while e in forbidden or e < 3:
+        e -= 1
+    return vec[:e].to(dtype).contiguous(), index[:, :e].contiguous(), species, n_local
+
+
+def energy_and_gradient(module, names):
+    """f(edge_vectors, edge_index, species, local_species, *state) -> (node energies, dE/dr)."""
+
+    def f(edge_vectors, edge_index, species, local_species, *state):
+        n_local = local_species.shape[0]
+        with torch.enable_grad():
+            v = edge_vectors.detach().requires_grad_(True)
+            e = torch.func.functional_call(module, dict(zip(names, state)),
+                                           (v, edge_index, species, n_local))
+            e = e[:n_local]
+            (g,) = torch.autograd.grad(e.sum(), [v])
+        return e.detach(), g
+
+    return f
+
+
+def _state(module):
+    names = [n for n, _ in module.named_parameters()] + [n for n, _ in module.named_buffers()]
+    tensors = [t.detach() for t in module.parameters()] + [t.detach() for t in module.buffers()]
+    return names, tensors
+
+
+def compile_model(module, twin_path, out_path, *, device="cpu", threads=1, check=True):
+    """Compile `module` (eager, the same parameters as the TorchScript file `twin_path`)."""
+    meta = read_metadata(twin_path)
+    dtype = DTYPES[meta["dtype"]]
+    if device not in ("cpu", "cuda"):
+        raise ExportError(f"device must be cpu or cuda, got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ExportError("compiling for CUDA needs a visible CUDA device and a CUDA build of torch; "
+                          "run mltorch-compile on the GPU node")
+    if int(threads) < 1:
+        raise ExportError("threads must be >= 1")
+    dev = torch.device(device)
+    module = module.to(dev, dtype).eval()
+    for p in module.parameters():
+        p.requires_grad_(False)
+    names, state = _state(module)
+    forbidden = {2, 3} | {d for t in state for d in t.shape}
+    vec, index, species, n_local = _example_graph(float(meta["cutoff"]), len(meta["elements"]), dtype,
+                                                  forbidden)
+    forbidden |= {species.shape[0], n_local}
+    while vec.shape[0] in forbidden:
+        vec, index = vec[:-1], index[:, :-1]
+    args = (vec.to(dev), index.to(dev), species.to(dev), species[:n_local].to(dev), *state)
+    f = energy_and_gradient(module, names)
+
+    from torch.export import Dim
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(int(threads))    # the generated CPU code runs this many OpenMP threads
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                gm = make_fx(f, tracing_mode="symbolic")(*args)
+                edges, nodes, local = Dim("edges", min=2), Dim("nodes", min=2), Dim("local", min=1)
+                dynamic = ({0: edges}, {1: edges}, {0: nodes}, {0: local}) + tuple(None for _ in state)
+                program = torch.export.export(gm, args, dynamic_shapes=dynamic, strict=False)
+            except Exception as e:
+                raise ExportError(
+                    "the model cannot be exported with dynamic edge and node counts (torch.export): "
+                    f"{str(e).splitlines()[0]}. Avoid Python control flow on tensor values and "
+                    "shapes that depend on data other than the graph sizes (see doc/models.md)")
+            with tempfile.TemporaryDirectory() as tmp:
+                raw = torch._inductor.aoti_compile_and_package(
+                    program, package_path=os.path.join(tmp, "model.pt2"))
+                if check:
+                    _check(raw, f, module, dtype, dev, forbidden, meta)
+                info = {"compiled_format": COMPILED_FORMAT, "device": device, "threads": int(threads),
+                        "torch_version": torch.__version__, "state_names": names,
+                        "dtype": meta["dtype"], "twin_content_hash": meta.get("content_hash", "")}
+                with open(twin_path, "rb") as fh:
+                    twin = fh.read()
+                _write_package(raw, out_path, twin, info)
+    finally:
+        torch.set_num_threads(old_threads)
+    return info
+
+
+def _check(raw, f, module, dtype, dev, forbidden, meta):
+    """The compiled function must equal the eager one on a graph of other sizes."""
+    runner = torch._inductor.aoti_load_package(raw)
+    vec, index, species, n_local = _example_graph(float(meta["cutoff"]), len(meta["elements"]), dtype,
+                                                  forbidden, seed=11)
+    names, state = _state(module)
+    args = (vec.to(dev), index.to(dev), species.to(dev), species[:n_local].to(dev), *state)
+    e0, g0 = f(*args)
+    e1, g1 = runner(*args)
+    tol = 1e-4 if dtype == torch.float32 else 1e-10
+    for what, a, b in (("node energies", e0, e1), ("gradients", g0, g1)):
+        scale = max(1.0, float(a.abs().max()))
+        err = float((a - b).abs().max())
+        if not math.isfinite(err) or err > tol * scale:
+            raise ExportError(f"the compiled {what} differ from the eager model's by {err:.3g} "
+                              f"(tolerance {tol * scale:.3g})")
+
+
+def _write_package(raw, out_path, twin, info):
+    """Copy the AOTInductor archive and add the twin and the info, atomically."""
+    directory = os.path.dirname(os.path.abspath(out_path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt2", dir=directory)
+    os.close(fd)
+    try:
+        with zipfile.ZipFile(raw) as src, zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as dst:
+            names = src.namelist()
+            root = names[0].split("/", 1)[0]
+            for name in names:
+                with src.open(name) as fh:
+                    dst.writestr(src.getinfo(name), fh.read())
+            dst.writestr(f"{root}/{TWIN_NAME}", twin)
+            dst.writestr(f"{root}/extra/{COMPILED_NAME}", json.dumps(info, indent=1, sort_keys=True))
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out_path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def read_package(path):
+    """(twin TorchScript bytes, compiled info dict) of a package; ExportError if it is none."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = z.namelist()
+            root = names[0].split("/", 1)[0] if names else ""
+            return (z.read(f"{root}/{TWIN_NAME}"),
+                    json.loads(z.read(f"{root}/extra/{COMPILED_NAME}")))
+    except (zipfile.BadZipFile, KeyError, IndexError) as e:
+        raise ExportError(f"{path} is not an ML-TORCH compiled package: {e}")
+
+
+def compile_file(path, out_path, *, device="cpu", threads=1):
+    """Compile a model file (TorchScript .pt, or a package to recompile) into `out_path`."""
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+    if head[:2] == b"PK" and zipfile.is_zipfile(path):
+        try:
+            twin, _ = read_package(path)
+        except ExportError:
+            twin = None
+        if twin is not None:    # a package: recompile its twin (e.g. for another device)
+            with tempfile.TemporaryDirectory() as tmp:
+                pt = os.path.join(tmp, "twin.pt")
+                with open(pt, "wb") as fh:
+                    fh.write(twin)
+                module, _ = rebuild(pt)
+                return compile_model(module, pt, out_path, device=device, threads=threads)
+    module, _ = rebuild(path)
+    return compile_model(module, path, out_path, device=device, threads=threads)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="mltorch-compile", description=__doc__.splitlines()[0])
+    parser.add_argument("model", help="model file (.pt from mltorch.export or fix torch/finetune)")
+    parser.add_argument("-o", "--output", help="package to write (default: the model name with .pt2)")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--threads", type=int, default=1,
+                        help="OpenMP threads of the generated CPU code (default 1: one MPI rank per core)")
+    args = parser.parse_args(argv)
+    out = args.output or os.path.splitext(args.model)[0] + ".pt2"
+    try:
+        info = compile_file(args.model, out, device=args.device, threads=args.threads)
+    except (ExportError, OSError) as e:
+        print(f"mltorch-compile: ERROR: {e}", file=sys.stderr)
+        return 1
+    print(f"{out}: compiled for {info['device']} ({info['threads']} thread(s)), "
+          f"{len(info['state_names'])} state tensors, torch {info['torch_version']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
