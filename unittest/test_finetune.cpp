@@ -20,6 +20,7 @@
 
 #include "model.h"
 #include "pair.h"
+#include "pair_torch.h"
 #include "reference_graph.h"
 
 #include "lammps_session.h"
@@ -564,6 +565,54 @@ TEST(Learn, SameInputTwiceIsBitwiseIdentical)
               "read_data: forces to %.2e relative\n", p[0].size(), dev / scale);
   EXPECT_LE(dev / scale, 1e-12);
   std::remove(data.c_str());
+}
+
+/* ----------------------------------------------------------------------
+   a compiled student (potentials/si_local.pt2): training runs its TorchScript
+   twin, and every update reaches the compiled code without a reload. After
+   10 updates the compiled forces equal the TorchScript model's forces with
+   the updated parameters; the model saved by the fix is TorchScript again
+------------------------------------------------------------------------- */
+
+TEST(Learn, CompiledStudentRunsUpdatedParameters)
+{
+  if (nprocs > 1) GTEST_SKIP() << "runs on one rank";
+  const std::string data = ::testing::TempDir() + "/compiled.data";
+  const std::string saved = ::testing::TempDir() + "/compiled_trained.pt";
+  std::vector<double> f_compiled, f_start, p;
+  {
+    Lammps l(MPI_COMM_SELF);
+    l.cmds(silicon(2, 4242, "ortho"));
+    l.cmds({"velocity all create 1200 4928 loop geom", "pair_style torch",
+            "pair_coeff * * " + potentials + "/si_local.pt2 Si"});
+    ASSERT_TRUE(dynamic_cast<LAMMPS_NS::PairTorch *>(l.lmp->force->pair)->model()->is_compiled());
+    l.cmds({"fix ft all torch/finetune 2 " + teacher() + " weights 1.0 10.0 0.1 lr 2e-3 log 0 save 20 " +
+                saved,
+            "fix md all nve", "run 20 post no"});
+    EXPECT_EQ(l.fix()->model(), dynamic_cast<LAMMPS_NS::PairTorch *>(l.lmp->force->pair)->model());
+    l.cmds({"unfix ft", "run 0 post no"});    // forces of the compiled code, updated parameters
+    f_compiled = l.gather("f", 3);
+    l.cmd("write_data " + data);
+    Lammps s(MPI_COMM_SELF);    // the untrained compiled model on the same positions
+    s.cmds({"units metal", "atom_modify map array", "read_data " + data, "pair_style torch",
+            "pair_coeff * * " + potentials + "/si_local.pt2 Si", "run 0 post no"});
+    f_start = s.gather("f", 3);
+  }
+  // the TorchScript model with the trained parameters, read from the fix's save
+  Lammps r(MPI_COMM_SELF);
+  r.cmds({"units metal", "atom_modify map array", "read_data " + data, "pair_style torch",
+          "pair_coeff * * " + saved + " Si", "run 0 post no"});
+  ASSERT_FALSE(dynamic_cast<LAMMPS_NS::PairTorch *>(r.lmp->force->pair)->model()->is_compiled());
+  const auto f_twin = r.gather("f", 3);
+  const double scale = max_abs(f_twin);
+  const double dev = max_diff(f_compiled, f_twin) / scale;
+  const double moved = max_diff(f_start, f_twin) / scale;
+  std::printf("[ compiled ] after 10 updates: compiled vs TorchScript forces %.2e relative; the updates "
+              "moved the forces by %.2e\n", dev, moved);
+  EXPECT_LE(dev, 1e-10);
+  EXPECT_GT(moved, 1e-4);    // the updates really changed the model
+  std::remove(data.c_str());
+  std::remove(saved.c_str());
 }
 
 /* ----------------------------------------------------------------------

@@ -94,7 +94,7 @@ def scale_features(model, samples):
         for s in samples[: min(len(samples), 32)]:
             g = s.graph
             f, _ = model.descriptor(edge_vectors(g, s.pos, s.cell), g.edge_index, g.species,
-                                    g.species.shape[0])
+                                    g.species.shape[0], s.n)
             feats.append(f[: s.n])
         std = torch.cat(feats).std(dim=0)
         model.feature_scale.copy_(1.0 / torch.clamp(std, min=1e-6))

@@ -1,0 +1,28 @@
+#!/bin/bash
+# Compile the shipped ML models into AOTInductor packages (potentials/*.pt2)
+# with mltorch-compile, for this machine's CPU and LibTorch. Compiled code is
+# specific to both, so the packages are made here, not shipped. A package
+# newer than its .pt (and compiled by the same torch) is kept.
+#   tools/compile_models.sh [model ...]     (default: the models below)
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+py=$here/.venv/bin/python
+models=("$@")
+[ ${#models[@]} -gt 0 ] || models=(lj_Ar si_local si_mp2 sic_local)
+torch_version=$("$py" -c "import torch; print(torch.__version__)" 2>/dev/null)
+for m in "${models[@]}"; do
+  pt=$here/potentials/$m.pt
+  pt2=$here/potentials/$m.pt2
+  if [ -f "$pt2" ] && [ "$pt2" -nt "$pt" ] &&
+     "$py" - "$pt2" "$torch_version" 2>/dev/null <<'PY'
+import sys
+from mltorch.compiled import read_package
+sys.exit(0 if read_package(sys.argv[1])[1]["torch_version"] == sys.argv[2] else 1)
+PY
+  then
+    continue
+  fi
+  start=$(date +%s)
+  "$here/.venv/bin/mltorch-compile" "$pt" -o "$pt2" 2> >(grep -v -i -E "warn|^W[0-9]{4}" >&2)
+  echo "  ($(( $(date +%s) - start )) s)"
+done
