@@ -220,10 +220,15 @@ void PairTorch::coeff(int narg, char **arg)
   if (comm->me == 0)
     utils::logmesg(lmp,
                    "pair_style torch: loaded {} ({}, {} model, format {}, elements {}, cutoff {}, "
-                   "{} interaction layer(s), units {}, device {}, hash {})\n",
+                   "{} interaction layer(s), units {}, device {}, {}, hash {})\n",
                    model_file, meta.model_type.empty() ? "model" : meta.model_type, meta.dtype,
                    meta.format_version, join_words(meta.elements), meta.cutoff, nlayers,
-                   meta.units, model_->device(), model_hash_);
+                   meta.units, model_->device(),
+                   model_->is_compiled()
+                       ? fmt::format("compiled AOTInductor package, {} OpenMP thread(s) in its code",
+                                     model_->compiled_threads())
+                       : std::string("TorchScript"),
+                   model_hash_);
 }
 
 /* ---------------------------------------------------------------------- */

@@ -6,11 +6,13 @@
 #include "model.h"
 #include "reference_graph.h"
 
+#include <caffe2/serialize/inline_container.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <csignal>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <string>
 
@@ -526,6 +528,115 @@ TEST(AtomicSave, FullDiskKeepsThePreviousFile)
 /* ----------------------------------------------------------------------
    metadata that is malformed or out of range: one ERROR text each
 ------------------------------------------------------------------------- */
+
+/* ----------------------------------------------------------------------
+   compiled packages (potentials/*.pt2 from tools/compile_models.sh)
+------------------------------------------------------------------------- */
+
+// the package with record `edit` (name without the archive folder) replaced
+// by `content`, or dropped when `content` is "<drop>"
+static std::string edited_package(const std::string &edit, const std::string &content)
+{
+  const std::string bytes = MLTorch::read_file(potentials + "/si_local.pt2");
+  std::istringstream in(bytes);
+  caffe2::serialize::PyTorchStreamReader reader(&in);
+  std::string out;
+  caffe2::serialize::PyTorchStreamWriter writer([&out](const void *p, size_t n) {
+    out.append(static_cast<const char *>(p), n);
+    return n;
+  });
+  for (const auto &name : reader.getAllRecords()) {
+    // the writer adds its own version records
+    if (name.rfind(".data/", 0) == 0 || name == "byteorder") continue;
+    if (name == edit) {
+      if (content != "<drop>") writer.writeRecord(name, content.data(), content.size());
+      continue;
+    }
+    auto [data, size] = reader.getRecord(name);
+    writer.writeRecord(name, data.get(), size);
+  }
+  writer.writeEndOfFile();
+  return out;
+}
+
+static std::string package_error(const std::string &bytes)
+{
+  try {
+    MLTorch::Model m(bytes, "edited.pt2", "cpu");
+  } catch (MLTorch::ModelError &e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+static std::string compiled_info(const std::string &key, const std::string &value)
+{
+  const std::string bytes = MLTorch::read_file(potentials + "/si_local.pt2");
+  std::istringstream in(bytes);
+  caffe2::serialize::PyTorchStreamReader reader(&in);
+  auto [data, size] = reader.getRecord("extra/mltorch_compiled.json");
+  std::string json(static_cast<const char *>(data.get()), size);
+  const auto at = json.find("\"" + key + "\"");
+  const auto colon = json.find(':', at);
+  const auto first = json.find_first_not_of(" \n", colon + 1);
+  const auto end = json[first] == '[' ? json.find(']', first) + 1 : json.find_first_of(",\n}", colon);
+  return json.substr(0, colon + 1) + " " + value + json.substr(end);
+}
+
+TEST(CompiledPackage, MatchesItsTorchScriptModel)
+{
+  auto compiled = load(potentials + "/si_local.pt2");
+  auto script = load(potentials + "/si_local.pt");
+  EXPECT_TRUE(compiled->is_compiled());
+  EXPECT_FALSE(script->is_compiled());
+  EXPECT_EQ(compiled->compiled_threads(), 1);
+  EXPECT_EQ(compiled->metadata().json, script->metadata().json);
+  const auto c = lattice(diamond, 5.431, 2, 0.1, 17);
+  const auto a = eval(*compiled, c), b = eval(*script, c);
+  ASSERT_EQ(a.forces.size(), b.forces.size());
+  double df = 0.0, scale = 0.0;
+  for (std::size_t i = 0; i < a.forces.size(); ++i) {
+    df = std::max(df, std::fabs(a.forces[i] - b.forces[i]));
+    scale = std::max(scale, std::fabs(b.forces[i]));
+  }
+  EXPECT_NEAR(a.energy, b.energy, 1e-12 * std::fabs(b.energy));
+  EXPECT_LE(df, 1e-12 * scale);
+  // a compiled model saves (fix torch/finetune) as its TorchScript twin
+  MLTorch::Model saved(compiled->file_bytes(""), "saved", "cpu");
+  EXPECT_FALSE(saved.is_compiled());
+  EXPECT_EQ(saved.state_bytes(), script->state_bytes());
+}
+
+TEST(CompiledPackage, BadPackagesAreRefused)
+{
+  struct Bad {
+    std::string record, content, expected;
+  };
+  const std::vector<Bad> cases{
+      {"extra/mltorch_compiled.json", "<drop>", "package without ML-TORCH data"},
+      {"mltorch/model.pt", "<drop>", "package without ML-TORCH data"},
+      {"extra/mltorch_compiled.json", "{not json", "unreadable extra/mltorch_compiled.json"},
+      {"extra/mltorch_compiled.json", compiled_info("torch_version", "\"2.1.0\""),
+       "was compiled with torch 2.1.0 but this LAMMPS links LibTorch"},
+      {"extra/mltorch_compiled.json", compiled_info("compiled_format", "99"),
+       "has compiled_format 99; this build reads 1"},
+      {"extra/mltorch_compiled.json", compiled_info("device", "\"cuda\""),
+       "was compiled for cuda but device cpu is requested"},
+      {"extra/mltorch_compiled.json", compiled_info("state_names", "[\"descriptor.mix\", \"nope\"]"),
+       "needs the tensor 'nope'"},
+      {"mltorch/model.pt", "not a model", "as a TorchScript model"},
+  };
+  for (const auto &c : cases) {
+    const auto what = package_error(edited_package(c.record, c.content));
+    EXPECT_NE(what.find(c.expected), std::string::npos) << c.record << ": " << what;
+  }
+  // the unedited copy loads: the edits, not the copying, are refused
+  EXPECT_EQ(package_error(edited_package("none", "")), "no error");
+  // a truncated package is a clear error, not a crash
+  const std::string whole = MLTorch::read_file(potentials + "/si_local.pt2");
+  const auto what = package_error(whole.substr(0, whole.size() / 2));
+  EXPECT_NE(what.find("edited.pt2"), std::string::npos) << what;
+}
 
 TEST(Metadata, RejectsBadValues)
 {

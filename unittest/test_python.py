@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.join(root, "potentials"))
 warnings.filterwarnings("ignore", category=FutureWarning)
 
 from mltorch import lammps_data  # noqa: E402
+from mltorch.compiled import compile_model, read_package, rebuild  # noqa: E402
 from mltorch.export import ExportError, export, read_metadata  # noqa: E402
 from mltorch.graph import build_graph, evaluate  # noqa: E402
 from mltorch.models import LocalMBNet, MPNet  # noqa: E402
@@ -111,6 +112,114 @@ class Exporter(unittest.TestCase):
                              capture_output=True, text=True, cwd=os.path.join(root, "potentials"))
         self.assertEqual(bad.returncode, 1)
         self.assertIn("no ML-TORCH metadata", bad.stderr)
+
+
+class DataDependent(nn.Module):
+    """Python control flow on a tensor value: not exportable with dynamic shapes."""
+
+    def forward(self, edge_vectors: Tensor, edge_index: Tensor, species: Tensor, n_local: int) -> Tensor:
+        e = pair_energy(edge_vectors, edge_index, species.shape[0])
+        if bool(e.sum() > 0):
+            return e
+        return -e
+
+
+class Compiler(unittest.TestCase):
+    """mltorch-compile: refusals, inspection, and a fine-tuned model compiled again."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+
+    def test_model_without_architecture_is_refused(self):
+        path = os.path.join(self.tmp, "m.pt")
+        export(Good(), path, cutoff=3.0, elements=["Si"], units="metal")
+        with self.assertRaises(ExportError) as ctx:
+            rebuild(path)
+        self.assertIn("does not record its architecture", str(ctx.exception))
+        out = subprocess.run([os.path.join(root, ".venv", "bin", "mltorch-compile"), path],
+                             capture_output=True, text=True)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("mltorch-compile: ERROR:", out.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "m.pt2")))
+
+    def test_main_module_class_is_refused(self):
+        with self.assertRaises(ExportError) as ctx:
+            export(Good(), os.path.join(self.tmp, "m.pt"), cutoff=3.0, elements=["Si"], units="metal",
+                   architecture={})
+        self.assertIn("must be importable", str(ctx.exception))
+
+    def test_data_dependent_model_is_refused(self):
+        path = os.path.join(self.tmp, "m.pt")
+        export(DataDependent(), path, cutoff=3.0, elements=["Si"], units="metal")
+        with self.assertRaises(ExportError) as ctx:
+            compile_model(DataDependent(), path, os.path.join(self.tmp, "m.pt2"))
+        self.assertIn("cannot be exported with dynamic edge and node counts", str(ctx.exception))
+        self.assertEqual(os.listdir(self.tmp), ["m.pt"])    # nothing half-written
+
+    def test_bad_device_and_threads(self):
+        path = os.path.join(root, "potentials", "lj_Ar.pt")
+        module, _ = rebuild(path)
+        for kw, text in ((dict(device="tpu"), "device must be cpu or cuda"), (dict(threads=0), "threads must be")):
+            with self.assertRaises(ExportError) as ctx:
+                compile_model(module, path, os.path.join(self.tmp, "x.pt2"), **kw)
+            self.assertIn(text, str(ctx.exception))
+        if not torch.cuda.is_available():
+            with self.assertRaises(ExportError) as ctx:
+                compile_model(module, path, os.path.join(self.tmp, "x.pt2"), device="cuda")
+            self.assertIn("needs a visible CUDA device", str(ctx.exception))
+
+    def test_info_shows_a_package(self):
+        pt2 = os.path.join(root, "potentials", "si_local.pt2")
+        twin, info = read_package(pt2)
+        self.assertEqual(info["device"], "cpu")
+        self.assertEqual(info["torch_version"], torch.__version__)
+        out = subprocess.run([os.path.join(root, ".venv", "bin", "mltorch-info"), pt2],
+                             capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("AOTInductor package for cpu", out.stdout)
+        self.assertIn("LocalMBNet", out.stdout)
+
+    def test_finetuned_compiled_student_compiles_again(self):
+        """A compiled student trained in LAMMPS saves TorchScript; that compiles again, same energy."""
+        saved = os.path.join(self.tmp, "ft.pt")
+        student = os.path.join(root, "potentials", "si_local.pt2")
+        sw = os.path.join(os.environ["LAMMPS_POTENTIALS"], "Si.sw")
+        script = f"""
+units metal
+lattice diamond 5.431
+region box block 0 2 0 2 0 2
+create_box 1 box
+create_atoms 1 box
+mass 1 28.0855
+displace_atoms all random 0.1 0.1 0.1 5 units box
+velocity all create 900 77 loop geom
+pair_style torch
+pair_coeff * * {student} Si
+fix ft all torch/finetune 2 teacher sw "* * {sw} Si" save 10 {saved} log 0
+fix md all nve
+run 10
+unfix ft
+pair_coeff * * {saved} Si
+run 0 post no
+print "SCRIPT $(pe:%.15g)"
+"""
+        lmp = os.environ["ML_TORCH_LMP"]
+        out = subprocess.run([lmp, "-log", "none", "-echo", "none"], input=script, capture_output=True,
+                             text=True, cwd=self.tmp)
+        self.assertEqual(out.returncode, 0, out.stdout[-2000:] + out.stderr[-2000:])
+        compiled = os.path.join(self.tmp, "ft.pt2")
+        out2 = subprocess.run([os.path.join(root, ".venv", "bin", "mltorch-compile"), saved, "-o", compiled],
+                              capture_output=True, text=True)
+        self.assertEqual(out2.returncode, 0, out2.stderr[-2000:])
+        again = script.replace(f"pair_coeff * * {saved} Si", f"pair_coeff * * {compiled} Si")
+        out3 = subprocess.run([lmp, "-log", "none", "-echo", "none"], input=again, capture_output=True,
+                              text=True, cwd=self.tmp)
+        self.assertEqual(out3.returncode, 0, out3.stdout[-2000:] + out3.stderr[-2000:])
+        self.assertIn("compiled AOTInductor package", out3.stdout)
+        e_script = float(out.stdout.split("SCRIPT ")[1].split()[0])
+        e_compiled = float(out3.stdout.split("SCRIPT ")[1].split()[0])
+        self.assertAlmostEqual(e_script, e_compiled, delta=1e-10 * abs(e_script))
+        self.assertGreater(read_metadata(saved)["finetune"]["updates"], 0)
 
 
 class Graph(unittest.TestCase):

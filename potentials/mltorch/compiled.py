@@ -182,6 +182,28 @@ def _check(raw, f, module, dtype, dev, forbidden, meta):
                               f"(tolerance {tol * scale:.3g})")
 
 
+def _clear_exec_stack(elf):
+    """The shared library with its PT_GNU_STACK segment not executable.
+
+    AOTInductor assembles the model's constants without a .note.GNU-stack
+    section, so the linker marks the library as needing an executable stack;
+    glibc >= 2.41 (Debian 13) then refuses to dlopen it ("cannot enable
+    executable stack").  Nothing in the library runs code on the stack: this
+    clears the flag, as `patchelf --clear-execstack` would."""
+    if elf[:4] != b"\x7fELF" or elf[4] != 2 or elf[5] != 1:    # 64-bit little-endian only
+        return elf
+    out = bytearray(elf)
+    phoff = int.from_bytes(elf[0x20:0x28], "little")
+    phentsize = int.from_bytes(elf[0x36:0x38], "little")
+    phnum = int.from_bytes(elf[0x38:0x3a], "little")
+    for k in range(phnum):
+        at = phoff + k * phentsize
+        if int.from_bytes(elf[at:at + 4], "little") == 0x6474E551:    # PT_GNU_STACK
+            flags = int.from_bytes(elf[at + 4:at + 8], "little") & ~0x1    # no PF_X
+            out[at + 4:at + 8] = flags.to_bytes(4, "little")
+    return bytes(out)
+
+
 def _write_package(raw, out_path, twin, info):
     """Copy the AOTInductor archive and add the twin and the info, atomically."""
     directory = os.path.dirname(os.path.abspath(out_path))
@@ -193,7 +215,10 @@ def _write_package(raw, out_path, twin, info):
             root = names[0].split("/", 1)[0]
             for name in names:
                 with src.open(name) as fh:
-                    dst.writestr(src.getinfo(name), fh.read())
+                    data = fh.read()
+                if name.endswith(".so"):
+                    data = _clear_exec_stack(data)
+                dst.writestr(src.getinfo(name), data)
             dst.writestr(f"{root}/{TWIN_NAME}", twin)
             dst.writestr(f"{root}/extra/{COMPILED_NAME}", json.dumps(info, indent=1, sort_keys=True))
         with open(tmp, "rb+") as fh:

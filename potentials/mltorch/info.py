@@ -1,11 +1,16 @@
 """mltorch-info: print the metadata of ML-TORCH model files (no LAMMPS needed).
 
-    mltorch-info model.pt [model2.pt ...] [--json] [--parameters]
+    mltorch-info model.pt [model2.pt2 ...] [--json] [--parameters]
+
+A compiled package (.pt2 from mltorch-compile) shows the metadata of the
+TorchScript model it holds and how it was compiled.
 """
 
 import argparse
+import io
 import json
 import sys
+import zipfile
 
 import warnings
 
@@ -21,11 +26,22 @@ def main(argv=None):
     import torch
     from .export import METADATA_NAME
 
+    from .compiled import read_package
+    from .export import ExportError
+
     status = 0
     for path in args.models:
         files = {METADATA_NAME: ""}
+        compiled = None
+        source = path
         try:
-            module = torch.jit.load(path, map_location="cpu", _extra_files=files)
+            if zipfile.is_zipfile(path):
+                try:
+                    twin, compiled = read_package(path)
+                    source = io.BytesIO(twin)
+                except ExportError:
+                    pass    # a TorchScript archive (or foreign: reported below)
+            module = torch.jit.load(source, map_location="cpu", _extra_files=files)
         except Exception as e:
             print(f"{path}: ERROR: cannot load as a TorchScript model: {str(e).splitlines()[0]}",
                   file=sys.stderr)
@@ -36,6 +52,8 @@ def main(argv=None):
             status = 1
             continue
         meta = json.loads(files[METADATA_NAME])
+        if compiled is not None:
+            meta = dict(meta, compiled=compiled)
         if args.json:
             print(json.dumps(meta, indent=1, sort_keys=True))
             continue
@@ -47,8 +65,12 @@ def main(argv=None):
                 value = " ".join(meta[key]) if key == "elements" else meta[key]
                 print(f"  {key:24s} {value}")
         print(f"  {'trainable parameters':24s} {nparams}")
+        if compiled is not None:
+            print(f"  {'compiled':24s} AOTInductor package for {compiled['device']}, "
+                  f"{compiled['threads']} OpenMP thread(s), torch {compiled['torch_version']}")
         for key in sorted(set(meta) - {"model_type", "format_version", "elements", "cutoff",
-                                        "num_interaction_layers", "units", "dtype", "content_hash"}):
+                                        "num_interaction_layers", "units", "dtype", "content_hash",
+                                        "compiled"}):
             print(f"  {key:24s} {meta[key]}")
         if args.parameters:
             print("  parameters (name, shape):")

@@ -130,6 +130,7 @@ struct Case {
   std::string name;
   std::vector<std::string> setup;
   std::string model, element, native_pair, native_coeff;
+  std::string kk_model = "";    // another file for torch/kk (a compiled package)
 };
 
 static void PrintTo(const Case &c, std::ostream *os)
@@ -144,6 +145,8 @@ TEST_P(KokkosVsCpu, SameNumbers)
   const auto &c = GetParam();
   const System sys{c.name, c.setup, ""};
   const std::string coeff = "pair_coeff * * " + c.model + " " + c.element;
+  const std::string kk_coeff =
+      c.kk_model.empty() ? coeff : "pair_coeff * * " + c.kk_model + " " + c.element;
   Snapshot cpu, kk, native;
   {
     Lammps l(false);
@@ -151,7 +154,7 @@ TEST_P(KokkosVsCpu, SameNumbers)
   }
   {
     Lammps l(true);
-    kk = run(l, sys, "pair_style torch", coeff, 20);    // -sf kk makes it torch/kk
+    kk = run(l, sys, "pair_style torch", kk_coeff, 20);    // -sf kk makes it torch/kk
     EXPECT_NE(std::string(l.lmp->force->pair_style).find("torch/kk"), std::string::npos);
   }
   const double d[5] = {rel(kk.pe, cpu.pe), rel(kk.f, cpu.f), rel(kk.virial, cpu.virial),
@@ -187,6 +190,11 @@ static std::vector<Case> cases()
        "Si", "", ""},
       {"si_mp2", lattice("lattice diamond 5.431", 28.0855, 3, false), potentials + "/si_mp2.pt", "Si",
        "", ""},
+      // compiled packages (tools/compile_models.sh) on torch/kk vs their TorchScript models on torch
+      {"si_local_compiled", lattice("lattice diamond 5.431", 28.0855, 3, false),
+       potentials + "/si_local.pt", "Si", "", "", potentials + "/si_local.pt2"},
+      {"si_mp2_compiled", lattice("lattice diamond 5.431", 28.0855, 3, false),
+       potentials + "/si_mp2.pt", "Si", "", "", potentials + "/si_mp2.pt2"},
   };
 }
 
@@ -242,10 +250,12 @@ TEST(KokkosCapacity, NoAllocationInSteadyStateAndGrowth)
 
 // si_mp2 on torch/kk with `pad_args` against growing buffers: relative
 // deviations of pe, f, virial, pe/atom, and the allocations with padding
-static std::vector<double> padded_vs_growing(const std::string &pad_args, double &changes)
+static std::vector<double> padded_vs_growing(const std::string &pad_args, double &changes,
+                                             const std::string &pad_model = "si_mp2.pt")
 {
   const System sys{"mp", lattice("lattice diamond 5.431", 28.0855, 3, false), ""};
   const std::string coeff = "pair_coeff * * " + potentials + "/si_mp2.pt Si";
+  const std::string pad_coeff = "pair_coeff * * " + potentials + "/" + pad_model + " Si";
   Snapshot grow, pad;
   {
     Lammps l(true);
@@ -253,14 +263,15 @@ static std::vector<double> padded_vs_growing(const std::string &pad_args, double
   }
   {
     Lammps l(true);
-    pad = run(l, sys, "pair_style torch " + pad_args, coeff, 10);
+    pad = run(l, sys, "pair_style torch " + pad_args, pad_coeff, 10);
     changes = l.capacity_changes();
   }
   const std::vector<double> d{rel(pad.pe, grow.pe), rel(pad.f, grow.f), rel(pad.virial, grow.virial),
                               rel(pad.pe_atom, grow.pe_atom)};
   if (me == 0)
-    std::printf("[ padding ] '%s' vs growing capacity: pe %.2g f %.2g virial %.2g pe/atom %.2g; "
-                "allocations with padding: %g\n", pad_args.c_str(), d[0], d[1], d[2], d[3], changes);
+    std::printf("[ padding ] '%s' (%s) vs growing capacity: pe %.2g f %.2g virial %.2g pe/atom %.2g; "
+                "allocations with padding: %g\n", pad_args.c_str(), pad_model.c_str(), d[0], d[1], d[2],
+                d[3], changes);
   return d;
 }
 
@@ -268,6 +279,14 @@ TEST(KokkosPadding, FixedCapacityEqualsGrowing)
 {
   double changes = 0.0;
   for (double v : padded_vs_growing("pad 8000 120000", changes)) EXPECT_LE(v, 1e-12);
+}
+
+// the compiled package in fixed shapes (padded edges and the dummy node
+// included) against the TorchScript model in growing buffers
+TEST(KokkosPadding, CompiledFixedCapacityEqualsTorchScript)
+{
+  double changes = 0.0;
+  for (double v : padded_vs_growing("pad 8000 120000", changes, "si_mp2.pt2")) EXPECT_LE(v, 1e-12);
 }
 
 /* ----------------------------------------------------------------------
