@@ -28,6 +28,7 @@
 #include "neigh_list_kokkos.h"
 #include "neigh_request.h"
 #include "neighbor.h"
+#include "platform.h"
 #include "update.h"
 
 #include "model.h"
@@ -348,6 +349,7 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::build_graph_device
 
 template <class DeviceType> void PairTorchKokkos<DeviceType>::compute(int eflag_in, int vflag_in)
 {
+  const double t_start = platform::walltime();
   ev_init(eflag_in, vflag_in, 0);
   MLTorch::set_num_threads(torch_threads);
   if (eflag_atom && (int) k_eatom.extent(0) < maxeatom) {
@@ -393,11 +395,13 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::compute(int eflag_
   // returns after the model's work on the device is complete.
   typename DeviceType::execution_space().fence("torch/kk: graph ready for LibTorch");
   double energy = 0.0;
+  const double t_model = platform::walltime();
   try {
     energy = model_->evaluate_into(in, d_edge_grad.data(), eflag_atom ? d_node_energy.data() : nullptr);
   } catch (std::exception &e) {
     error->one(FLERR, "Pair style torch/kk on step {}: {}", update->ntimestep, e.what());
   }
+  time_model += platform::walltime() - t_model;
 
   double vsum[6] = {0, 0, 0, 0, 0, 0};
   const int64_t nonfinite = accumulate_device(vflag_global, vsum);
@@ -412,6 +416,7 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::compute(int eflag_
 
   if (eflag_atom) MLTorchCompat::modified_sync_host<DeviceType>(k_eatom);
   if (vflag_atom) MLTorchCompat::modified_sync_host<DeviceType>(k_vatom);
+  time_pair += platform::walltime() - t_start;
 }
 
 /* ----------------------------------------------------------------------

@@ -20,6 +20,7 @@
 #include "mltorch_mpi.h"
 #include "neigh_list.h"
 #include "neighbor.h"
+#include "platform.h"
 #include "update.h"
 
 #include "model.h"
@@ -186,6 +187,7 @@ void PairTorch::coeff(int narg, char **arg)
   MLTorchMPI::broadcast_bytes(bytes, 0, world);
 
   MLTorch::set_single_interop_thread();
+  MLTorch::keep_large_allocations();
   std::unique_ptr<MLTorch::Model> loaded;
   try {
     loaded = std::make_unique<MLTorch::Model>(bytes, model_file, torch_device());
@@ -235,6 +237,7 @@ void PairTorch::coeff(int narg, char **arg)
 
 void PairTorch::init_style()
 {
+  time_pair = time_model = 0.0;
   if (!model_) error->all(FLERR, "Pair style torch: pair_coeff * * model.pt ... must come first");
   if (force->newton_pair == 0)
     error->all(FLERR, "Pair style torch requires newton pair on (use 'newton on')");
@@ -322,7 +325,8 @@ double PairTorch::init_one(int i, int j)
 
 void PairTorch::build_graph()
 {
-  double **x = atom->x;
+  // x is one contiguous block: x0[3 * j] saves the row pointer load per pair
+  const double *x0 = atom->x[0];
   const int *type = atom->type;
   const int nall = atom->nlocal + atom->nghost;
   const int inum = list->inum;
@@ -331,6 +335,9 @@ void PairTorch::build_graph()
   const int *numneigh = list->numneigh;
   int **firstneigh = list->firstneigh;
   const double cutsq_model = cutoff * cutoff;
+  // with NULL types (pair_style hybrid) their atoms are no neighbours
+  bool all_typed = true;
+  for (int t = 1; t <= atom->ntypes; ++t) all_typed = all_typed && type2species[t] >= 0;
 
   atom2node.assign(nall, -1);
   node2atom.clear();
@@ -347,7 +354,7 @@ void PairTorch::build_graph()
   const GhostReach reach = ghost_reach();
   centres.clear();
   for (int ii = 0; ii < ncentre; ii++)
-    if (ii < inum || reach.needed(x[ilist[ii]])) {
+    if (ii < inum || reach.needed(atom->x[ilist[ii]])) {
       centres.push_back(ilist[ii]);
       node_of(ilist[ii]);
     }
@@ -358,17 +365,15 @@ void PairTorch::build_graph()
   edge_nbr.clear();
   for (const int i : centres) {
     const int64_t ni = atom2node[i];
-    const double xi = x[i][0], yi = x[i][1], zi = x[i][2];
+    const double xi = x0[3 * i], yi = x0[3 * i + 1], zi = x0[3 * i + 2];
     const int *jlist = firstneigh[i];
     const int jnum = numneigh[i];
     for (int jj = 0; jj < jnum; jj++) {
       const int j = jlist[jj] & NEIGHMASK;
-      if (type2species[type[j]] < 0) continue;
-      const double dx = x[j][0] - xi, dy = x[j][1] - yi, dz = x[j][2] - zi;
+      if (!all_typed && type2species[type[j]] < 0) continue;
+      const double dx = x0[3 * j] - xi, dy = x0[3 * j + 1] - yi, dz = x0[3 * j + 2] - zi;
       if (dx * dx + dy * dy + dz * dz >= cutsq_model) continue;
-      edge_vec.push_back(dx);
-      edge_vec.push_back(dy);
-      edge_vec.push_back(dz);
+      edge_vec.insert(edge_vec.end(), {dx, dy, dz});
       edge_index.push_back(ni);
       edge_nbr.push_back(node_of(j));
     }
@@ -425,6 +430,7 @@ void PairTorch::training_graph(MLTorch::GraphInput &in)
 
 void PairTorch::compute(int eflag, int vflag)
 {
+  const double t_start = platform::walltime();
   ev_init(eflag, vflag);
   // LibTorch's thread count is per process: another torch style (a teacher)
   // may have set its own since our last step
@@ -434,12 +440,14 @@ void PairTorch::compute(int eflag, int vflag)
   MLTorch::GraphInput in;
   graph_input(in);
 
+  const double t_model = platform::walltime();
   try {
     // node energies always come back (O(N) copy): they locate non-finite output
     model_->evaluate(in, *output, true);
   } catch (std::exception &e) {
     error->one(FLERR, "Pair style torch on step {}: {}", update->ntimestep, e.what());
   }
+  time_model += platform::walltime() - t_model;
   check_finite();
 
   if (eflag_global) eng_vdwl += output->energy;
@@ -447,7 +455,7 @@ void PairTorch::compute(int eflag, int vflag)
     for (int n = 0; n < ncounted; n++) eatom[node2atom[n]] += output->node_energy[n];
 
   // F_i += g_ij, F_j -= g_ij; virial W = -sum r_ij (x) g_ij, split half/half per atom
-  double **f = atom->f;
+  double *f0 = atom->f[0];    // one contiguous block
   const double *g = output->edge_grad.data();
   const double *r = edge_vec.data();
   const int64_t nedges = in.n_edges;
@@ -457,12 +465,13 @@ void PairTorch::compute(int eflag, int vflag)
     const int j = node2atom[edge_nbr[e]];
     const double *ge = g + 3 * e;
     const double *re = r + 3 * e;
-    f[i][0] += ge[0];
-    f[i][1] += ge[1];
-    f[i][2] += ge[2];
-    f[j][0] -= ge[0];
-    f[j][1] -= ge[1];
-    f[j][2] -= ge[2];
+    double *fi = f0 + 3 * i, *fj = f0 + 3 * j;
+    fi[0] += ge[0];
+    fi[1] += ge[1];
+    fi[2] += ge[2];
+    fj[0] -= ge[0];
+    fj[1] -= ge[1];
+    fj[2] -= ge[2];
     if (do_virial) {
       const double v[6] = {-re[0] * ge[0], -re[1] * ge[1], -re[2] * ge[2],
                            -re[0] * ge[1], -re[0] * ge[2], -re[1] * ge[2]};
@@ -481,6 +490,23 @@ void PairTorch::compute(int eflag, int vflag)
       }
     }
   }
+  time_pair += platform::walltime() - t_start;
+}
+
+/* ----------------------------------------------------------------------
+   end of a run: the share of the pair time the model took (the rest is
+   graph build, copies and the force scatter), averaged over the ranks
+------------------------------------------------------------------------- */
+
+void PairTorch::finish()
+{
+  double mine[2] = {time_pair, time_model}, sum[2] = {0.0, 0.0};
+  MPI_Allreduce(mine, sum, 2, MPI_DOUBLE, MPI_SUM, world);
+  if (comm->me == 0 && sum[0] > 0.0)
+    utils::logmesg(lmp,
+                   "pair_style torch: model evaluation {:.1f}% of the pair time (graph build, copies "
+                   "and force scatter {:.1f}%), {:.4g} s per rank\n",
+                   100.0 * sum[1] / sum[0], 100.0 * (1.0 - sum[1] / sum[0]), sum[0] / comm->nprocs);
 }
 
 /* ----------------------------------------------------------------------
@@ -492,9 +518,16 @@ void PairTorch::check_finite()
 {
   const double *g = output->edge_grad.data();
   const int64_t n = static_cast<int64_t>(edge_nbr.size());
-  bool finite = std::isfinite(output->energy);
-  for (int64_t k = 0; finite && k < 3 * n; k++) finite = std::isfinite(g[k]);
-  if (finite) return;
+  // NaN and inf have all exponent bits set: an integer test the compiler
+  // vectorizes (a floating-point sum could not be reordered)
+  constexpr uint64_t exponent = 0x7ff0000000000000ULL;
+  uint64_t nonfinite = 0;
+  for (int64_t k = 0; k < 3 * n; k++) {
+    uint64_t bits;
+    std::memcpy(&bits, g + k, sizeof(bits));
+    nonfinite |= static_cast<uint64_t>((bits & exponent) == exponent);
+  }
+  if (std::isfinite(output->energy) && !nonfinite) return;
 
   std::vector<tagint> bad;
   for (std::size_t k = 0; k < output->node_energy.size() && bad.size() < 10; k++)

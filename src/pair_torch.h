@@ -42,6 +42,7 @@ class PairTorch : public Pair {
   double init_one(int, int) override;
   double memory_usage() override;
   void *extract(const char *, int &) override;
+  void finish() override;
 
   // the loaded model (nullptr before pair_coeff); fixes that keep using it
   // (fix torch/finetune) hold it through shared_model(), so it outlives a
@@ -102,6 +103,9 @@ class PairTorch : public Pair {
   std::unique_ptr<MLTorch::GraphOutput> output;
   int ncounted;    // nodes [0, ncounted) are the local atoms whose energies count
   double graph_size[2] = {0.0, 0.0};    // nodes and edges of the last graph (extract "graph_size")
+  // wall time in compute() and in the model's evaluation since init_style()
+  // (reported by finish(): what the pair style adds around the model)
+  double time_pair = 0.0, time_model = 0.0;
 
   virtual void allocate();
   void build_graph();

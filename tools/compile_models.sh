@@ -16,8 +16,9 @@ for m in "${models[@]}"; do
   if [ -f "$pt2" ] && [ "$pt2" -nt "$pt" ] &&
      "$py" - "$pt2" "$torch_version" 2>/dev/null <<'PY'
 import sys
-from mltorch.compiled import read_package
-sys.exit(0 if read_package(sys.argv[1])[1]["torch_version"] == sys.argv[2] else 1)
+from mltorch.compiled import DEFAULT_SIMDLEN, read_package
+info = read_package(sys.argv[1])[1]
+sys.exit(0 if info["torch_version"] == sys.argv[2] and info.get("simdlen") == DEFAULT_SIMDLEN else 1)
 PY
   then
     continue

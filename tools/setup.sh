@@ -127,8 +127,8 @@ if ! .venv/bin/python -c "import torch, numpy, matplotlib" 2>/dev/null; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q "$torch_spec" numpy matplotlib
 fi
-# the project's own tooling (mltorch-info, exporter, trainer), editable
-if ! .venv/bin/python -c "import mltorch.info" 2>/dev/null; then
+# the project's own tooling (mltorch-info, mltorch-compile, exporter, trainer), editable
+if ! .venv/bin/python -c "import mltorch.compiled" 2>/dev/null || [ ! -x .venv/bin/mltorch-compile ]; then
   .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e potentials
 fi
 .venv/bin/python -c "import torch; print('torch', torch.__version__)"
@@ -143,6 +143,10 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DLAMMPS_SOURCE_DIR="$lammps_dir" -DML_TORCH_PYTHON="$here/.venv/bin/python" "${launcher[@]}" \
       "${kk_args[@]}" -DML_TORCH_KOKKOS_CURRENT_DIR="$([ "$kokkos" = 1 ] && echo "$here/build/kokkos-current")"
 cmake --build build -j "$jobs"
+
+# ---------------------------------------------------------------------------
+say "compiled models: potentials/*.pt2 (mltorch-compile, for this CPU and LibTorch; kept while up to date)"
+tools/compile_models.sh
 
 # ---------------------------------------------------------------------------
 if [ "$kokkos" = 1 ]; then

@@ -56,6 +56,25 @@ class Scalar(nn.Module):
         return pair_energy(edge_vectors, edge_index, species.size(0)).sum()
 
 
+def finetune_script(student, saved, save_every, log_every, steps):
+    """A 64-atom Si run of fix torch/finetune (teacher: LAMMPS's sw) that saves the model."""
+    sw = os.path.join(os.environ["LAMMPS_POTENTIALS"], "Si.sw")
+    return f"""
+units metal
+lattice diamond 5.431
+region box block 0 2 0 2 0 2
+create_box 1 box
+create_atoms 1 box
+mass 1 28.0855
+displace_atoms all random 0.1 0.1 0.1 5 units box
+velocity all create 900 77 loop geom
+pair_style torch
+pair_coeff * * {student} Si
+fix ft all torch/finetune 2 teacher sw "* * {sw} Si" save {save_every} {saved} log {log_every}
+fix md all nve
+run {steps}"""
+
+
 class Exporter(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp()
@@ -183,21 +202,7 @@ class Compiler(unittest.TestCase):
         """A compiled student trained in LAMMPS saves TorchScript; that compiles again, same energy."""
         saved = os.path.join(self.tmp, "ft.pt")
         student = os.path.join(root, "potentials", "si_local.pt2")
-        sw = os.path.join(os.environ["LAMMPS_POTENTIALS"], "Si.sw")
-        script = f"""
-units metal
-lattice diamond 5.431
-region box block 0 2 0 2 0 2
-create_box 1 box
-create_atoms 1 box
-mass 1 28.0855
-displace_atoms all random 0.1 0.1 0.1 5 units box
-velocity all create 900 77 loop geom
-pair_style torch
-pair_coeff * * {student} Si
-fix ft all torch/finetune 2 teacher sw "* * {sw} Si" save 10 {saved} log 0
-fix md all nve
-run 10
+        script = finetune_script(student, saved, save_every=10, log_every=0, steps=10) + f"""
 unfix ft
 pair_coeff * * {saved} Si
 run 0 post no
@@ -243,21 +248,7 @@ class FinetuneOutput(unittest.TestCase):
         tmp = tempfile.mkdtemp()
         saved = os.path.join(tmp, "ft.pt")
         student = os.path.join(root, "examples", "finetune", "si_student.pt")
-        sw = os.path.join(os.environ["LAMMPS_POTENTIALS"], "Si.sw")
-        script = f"""
-units metal
-lattice diamond 5.431
-region box block 0 2 0 2 0 2
-create_box 1 box
-create_atoms 1 box
-mass 1 28.0855
-displace_atoms all random 0.1 0.1 0.1 5 units box
-velocity all create 900 77 loop geom
-pair_style torch
-pair_coeff * * {student} Si
-fix ft all torch/finetune 2 teacher sw "* * {sw} Si" save 5 {saved} log 1
-fix md all nve
-run 20
+        script = finetune_script(student, saved, save_every=5, log_every=1, steps=20) + f"""
 unfix ft
 run 0 post no
 variable trained equal pe

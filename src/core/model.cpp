@@ -27,6 +27,9 @@
 
 #include <fcntl.h>
 #include <unistd.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 namespace MLTorch {
 
@@ -69,6 +72,26 @@ void set_single_interop_thread()
   } catch (std::exception &) {
     // already set (or used) by the embedding program: keep its choice
   }
+}
+
+long keep_large_allocations()
+{
+#if defined(__GLIBC__)
+  static long threshold = -1;
+  if (threshold < 0) {
+    threshold = 0;
+    if (!std::getenv("MALLOC_MMAP_THRESHOLD_")) {
+      const int one_gib = 1 << 30;
+      if (mallopt(M_MMAP_THRESHOLD, one_gib) == 1) threshold = one_gib;
+      // and do not hand the freed top of the heap back either (the next step
+      // would fault it in again)
+      if (threshold > 0 && !std::getenv("MALLOC_TRIM_THRESHOLD_")) mallopt(M_TRIM_THRESHOLD, one_gib);
+    }
+  }
+  return threshold;
+#else
+  return 0;
+#endif
 }
 
 int get_num_threads()

@@ -187,6 +187,14 @@ int cuda_device_count();
 // MPI ranks and intra-op threads fill the cores). Only the first call of a
 // process has an effect, as LibTorch allows.
 void set_single_interop_thread();
+// Keep large freed blocks in the C library's heap instead of returning them
+// to the kernel (glibc: mmap and trim thresholds 1 GiB). A model allocates its tensors
+// afresh every step, tens of MB each for large graphs; above glibc's
+// threshold (32 MB at most by default) each is mmapped, freed with munmap
+// and faulted in again on the next step (30% of a 32k-atom Lennard-Jones
+// step here). Once per process; a MALLOC_MMAP_THRESHOLD_ set by the user
+// wins. Returns the threshold in effect (0: unknown or not glibc).
+long keep_large_allocations();
 std::string libtorch_version();
 
 }    // namespace MLTorch
