@@ -25,13 +25,14 @@ here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
 
 
-def lammps_run(lmp, script, variables, np=1):
+def lammps_run(lmp, script, variables, np=1, env=None):
     cmd = [lmp, "-log", "none", "-echo", "none", "-nocite", "-in", script]
     for k, v in variables.items():
-        cmd += ["-var", k, str(v)]
+        if k != "env":
+            cmd += ["-var", k, str(v)]
     if np > 1:
         cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np)] + cmd
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=here, env=env)
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
@@ -50,8 +51,8 @@ def compare(lmp, name, script, a, b, reps, steps, np=1):
     """Alternate runs of variable sets a and b; medians of the per-pair ratios."""
     ra, rb = [], []
     for _ in range(reps):
-        ra.append(lammps_run(lmp, script, dict(a, nsteps=steps), np))
-        rb.append(lammps_run(lmp, script, dict(b, nsteps=steps), np))
+        ra.append(lammps_run(lmp, script, dict(a, nsteps=steps), np, a.get("env")))
+        rb.append(lammps_run(lmp, script, dict(b, nsteps=steps), np, b.get("env")))
     step_ratio = statistics.median(x["step"] / y["step"] for x, y in zip(ra, rb))
     pair_ratio = statistics.median(x["pair"] / y["pair"] for x, y in zip(ra, rb))
     row = {"case": name, "atoms": ra[0]["atoms"],
@@ -82,6 +83,16 @@ def main():
         if not os.path.exists(os.path.join(pot, m + ".pt2")):
             sys.exit(f"{pot}/{m}.pt2 is missing: run tools/compile_models.sh")
     rows = []
+    # glibc's own steady state (dynamic mmap threshold at its 32 MiB ceiling,
+    # trim at twice that) against the 1 GiB pair_style torch sets
+    glibc = {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "67108864"}
+    for model, ext in (("si_local", ".pt"), ("si_local", ".pt2"), ("lj_Ar", ".pt2")):
+        script, n = (si, n4k) if model == "si_local" else (lj, nlj)
+        extra = {} if model == "si_local" else {"pstyle": "torch"}
+        kind = "TorchScript" if ext == ".pt" else "compiled"
+        rows.append(compare(lmp, f"{model} {kind}: glibc's thresholds (A) vs kept blocks (B)", script,
+                            dict(extra, model=f"{pot}/{model}{ext}", n=n, env=glibc),
+                            dict(extra, model=f"{pot}/{model}{ext}", n=n), reps, steps))
     for model, n in (("si_local", n4k), ("si_mp2", n4k), ("si_local", n32k)):
         rows.append(compare(lmp, f"{model}: TorchScript (A) vs compiled (B)", si,
                             {"model": f"{pot}/{model}.pt", "n": n}, {"model": f"{pot}/{model}.pt2", "n": n},

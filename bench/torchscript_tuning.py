@@ -19,6 +19,8 @@ each and its speed-up over the previous line and over the first:
   4. + torch.jit.freeze of the module (parameters folded into the graph)
   5. + a dynamic fusion strategy (torch.jit.set_fusion_strategy DYNAMIC)
   6. the compiled package (potentials/<model>.pt2)
+  7. and 8. lines 3 and 6 with glibc keeping large freed blocks (mallopt),
+     as pair_style torch sets it: no mmap/munmap and page faults per call
 
 pair_style torch adopts 2, 3 and the on-device energy sum; 4 and 5 are
 measured and not adopted when they gain nothing (see bench/tuning.md).
@@ -130,6 +132,23 @@ def main():
         t = time.perf_counter()
         plain()
         check.append(time.perf_counter() - t)
+    # glibc keeping large freed blocks (what pair_style torch sets, process-wide): last
+    import ctypes
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallopt(-3, ctypes.c_int(1 << 30))    # M_MMAP_THRESHOLD
+    libc.mallopt(-1, ctypes.c_int(1 << 30))    # M_TRIM_THRESHOLD
+    name7 = "7. line 3 + glibc keeps large freed blocks (pair_style torch sets it)"
+    name8 = "8. line 6 + glibc keeps large freed blocks"
+    kept = [(name7, variants[2][1])] + ([(name8, variants[4][1])] if len(variants) > 4 else [])
+    for name, f in kept:
+        times[name] = []
+        for _ in range(3):
+            f()
+    for _ in range(reps):
+        for name, f in kept:
+            t = time.perf_counter()
+            f()
+            times[name].append(time.perf_counter() - t)
     med = {k: statistics.median(v) for k, v in times.items()}
     first = med[variants[0][0]]
     spread = max(abs(e - energies[variants[0][0]]) for e in energies.values())
@@ -139,7 +158,7 @@ def main():
              f"per call, median of {reps} round-robin calls (energies agree to {spread:.1e} eV)\n",
              "| variant | ms | vs line 1 |", "| --- | --- | --- |"]
     names = [name for name, _ in variants]
-    for name in names[:4] + [name5] + names[4:]:
+    for name in names[:4] + [name5] + names[4:] + [name for name, _ in kept]:
         lines.append(f"| {name} | {1e3 * med[name]:.1f} | {first / med[name]:.2f} |")
     lines.append(f"\nLine 5 was measured after the others with the fusion strategy set for the process; "
                  f"line 3 measured alongside it then: {1e3 * statistics.median(check):.1f} ms.")
