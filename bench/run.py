@@ -29,7 +29,6 @@ import datetime
 import os
 import platform
 import re
-import resource
 import statistics
 import subprocess
 import sys
@@ -183,14 +182,27 @@ def fig5(a, lmp, res):
                            "not measured: the fix has no timer around its reductions yet"))
 
 
+def peak_rss_kb(cmd, cwd):
+    """Peak resident memory of one command: ru_maxrss of the children of a fresh
+    intermediate process (this process's own children maximum never falls)."""
+    probe = ("import resource, subprocess, sys; "
+             "r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
+             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss if r.returncode == 0 else -1)")
+    out = subprocess.run([sys.executable, "-c", probe] + cmd, capture_output=True, text=True, cwd=cwd,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    kb = int(out.stdout.strip() or -1)
+    if kb < 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed")
+    return kb
+
+
 def fig6(a, lmp, res):
     pts = []
     for n in ((2, 3) if a.smoke else (8, 16, 24)):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        r = lammps_run(lmp, SI, {"model": f"{POT}/si_local.pt2", "n": n, "nsteps": 2})
-        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        pts.append((r["atoms"], peak))
-        print(f"fig6 {r['atoms']} atoms: peak RSS {peak / 1024:.0f} MB (previous max {before / 1024:.0f})", flush=True)
+        kb = peak_rss_kb([lmp, "-in", SI, "-var", "model", f"{POT}/si_local.pt2", "-var", "n", str(n), "-var",
+                          "nsteps", "2", "-log", "none", "-echo", "none", "-nocite"], here)
+        pts.append((8 * n ** 3, kb))
+        print(f"fig6 {8 * n ** 3} atoms: peak RSS {kb / 1024:.0f} MB", flush=True)
     per_atom = (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
     res["summary"].append(("6a", f"peak RSS per atom (slope {pts[0][0]} to {pts[-1][0]} atoms, compiled si_local)",
                            "-", f"{per_atom:.2f} KB per atom; {pts[-1][1] / 1024:.0f} MB at {pts[-1][0]} atoms"))

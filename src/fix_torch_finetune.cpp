@@ -1157,6 +1157,8 @@ double FixTorchFinetune::compute_vector(int i)
    ranks, so rank 0 writes them)
 ------------------------------------------------------------------------- */
 
+std::size_t FixTorchFinetune::max_restart_bytes = std::numeric_limits<int>::max();
+
 void FixTorchFinetune::write_restart(FILE *fp)
 {
   if (pending > 0 && comm->me == 0)
@@ -1179,7 +1181,7 @@ void FixTorchFinetune::write_restart(FILE *fp)
   // a fix's global restart record has an int size: parameters, two Adam
   // moments and the rollback copies pass 2 GB near 90 M float32 parameters.
   // Every rank holds the same state, so all of them stop together.
-  if (out.size() > static_cast<std::size_t>(std::numeric_limits<int>::max()))
+  if (out.size() > max_restart_bytes)
     error->all(FLERR,
                "Fix torch/finetune: its restart state ({:.2f} GB: parameters, optimizer state{}) "
                "exceeds the 2 GB a LAMMPS restart file holds per fix; keep the model with the "

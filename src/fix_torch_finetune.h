@@ -44,6 +44,9 @@ class FixTorchFinetune : public Fix {
   void post_run() override;
   double compute_vector(int) override;
   void write_restart(FILE *) override;
+  // the largest restart record LAMMPS stores for a fix (an int byte count);
+  // a test lowers it to reach the error without a 2 GB model
+  static std::size_t max_restart_bytes;
   void restart(char *) override;
   double memory_usage() override;
 

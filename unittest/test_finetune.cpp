@@ -930,6 +930,22 @@ TEST_F(FinetuneErrors, TeacherWithNullTypes)
                "run 1 post no");
 }
 
+// the restart record of a fix holds at most 2 GB (an int byte count): a
+// larger state stops write_restart with advice (limit lowered for the test)
+TEST_F(FinetuneErrors, RestartStateTooLarge)
+{
+  hot_student(*l, 3);
+  l->cmds({"fix ft all torch/finetune 2 " + teacher() + " log 0 rollback 5", "run 4 post no"});
+  const auto saved = FixTorchFinetune::max_restart_bytes;
+  FixTorchFinetune::max_restart_bytes = 1000;
+  const std::string what = error_of({"write_restart " + ::testing::TempDir() + "/too_large.restart"});
+  FixTorchFinetune::max_restart_bytes = saved;
+  EXPECT_NE(what.find("exceeds the 2 GB a LAMMPS restart file holds per fix; keep the model with the "
+                      "'save' keyword instead of write_restart, or drop 'rollback' to halve the state"),
+            std::string::npos)
+      << what;
+}
+
 TEST_F(FinetuneErrors, RestartWithOtherModel)
 {
   if (me != 0) GTEST_SKIP();
