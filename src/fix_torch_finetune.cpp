@@ -42,6 +42,7 @@
 #include "pair.h"
 #include "pair_torch.h"
 #include "universe.h"
+#include "platform.h"
 #include "update.h"
 
 #include "model.h"
@@ -332,7 +333,7 @@ FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
   setup_trainable();
 
   vector_flag = 1;
-  size_vector = 11;
+  size_vector = 13;
   global_freq = nevery;
   extvector = 0;
   restart_global = 1;
@@ -667,6 +668,7 @@ void FixTorchFinetune::teacher_labels(double &e_ref, double *w_ref)
 void FixTorchFinetune::post_force(int /*vflag*/)
 {
   if (update->ntimestep % nevery) return;
+  const double t_start = platform::walltime();
   // with KOKKOS: per-atom data to the host on labelling steps only (the
   // fix's data masks are empty, so LAMMPS syncs nothing for it otherwise)
   student->sync_host_for_fix();
@@ -681,6 +683,7 @@ void FixTorchFinetune::post_force(int /*vflag*/)
     if (nupdates + nrollbacks != before) refresh_forces(in);
   }
   student->host_forces_modified();
+  time_update += platform::walltime() - t_start;
 }
 
 /* ----------------------------------------------------------------------
@@ -1012,11 +1015,13 @@ void FixTorchFinetune::take_step()
   // sum over the universe in fixed-size buckets; reduce to one rank and
   // broadcast, so that every rank holds bitwise the same sum
   std::vector<double> red(buf.size());
+  const double t_reduce = platform::walltime();
   for (std::size_t off = 0; off < buf.size(); off += BUCKET_DOUBLES) {
     const int n = static_cast<int>(std::min(BUCKET_DOUBLES, buf.size() - off));
     MPI_Reduce(buf.data() + off, red.data() + off, n, MPI_DOUBLE, MPI_SUM, 0, universe->uworld);
     MPI_Bcast(red.data() + off, n, MPI_DOUBLE, 0, universe->uworld);
   }
+  time_reduce += platform::walltime() - t_reduce;
   model_->zero_grad();
 
   const double *st = red.data() + ngrad_size;
@@ -1149,6 +1154,8 @@ void FixTorchFinetune::post_run()
 
 double FixTorchFinetune::compute_vector(int i)
 {
+  if (i == 11) return time_update;
+  if (i == 12) return time_reduce;
   return vec[i];
 }
 

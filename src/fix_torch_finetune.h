@@ -107,6 +107,9 @@ class FixTorchFinetune : public Fix {
   double acc_n;
   // thermo vector of the last update
   double vec[11];
+  // wall seconds of this rank in labelling + training + updates, and in the
+  // cross-replica gradient reduction (output vector elements 12 and 13)
+  double time_update = 0.0, time_reduce = 0.0;
   std::vector<double> last_grad;
 
   // --- per-atom work arrays ---
