@@ -25,8 +25,13 @@ here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
 
 
+# extra LAMMPS command-line arguments for every run (bench/run.py --lmp-args,
+# e.g. "-k on g 1 -sf kk -pk kokkos newton on neigh full" on a GPU)
+EXTRA_ARGS = []
+
+
 def lammps_run(lmp, script, variables, np=1, env=None):
-    cmd = [lmp, "-log", "none", "-echo", "none", "-nocite", "-in", script]
+    cmd = [lmp, "-log", "none", "-echo", "none", "-nocite", "-in", script] + EXTRA_ARGS
     for k, v in variables.items():
         if k != "env":
             cmd += ["-var", k, str(v)]

@@ -29,6 +29,7 @@ import datetime
 import os
 import platform
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -42,6 +43,7 @@ sys.path.insert(0, here)
 sys.path.insert(0, os.path.join(root, "potentials"))
 warnings.filterwarnings("ignore")
 
+import compiled  # noqa: E402
 from compiled import compare, lammps_run  # noqa: E402
 
 POT = os.path.join(root, "potentials")
@@ -51,7 +53,7 @@ FINETUNE = os.path.join(root, "examples", "finetune")
 
 def breakdown(lmp, variables, np=1):
     """LAMMPS's timing breakdown (% of the loop) and the style's model share."""
-    cmd = [lmp, "-log", "none", "-echo", "none", "-nocite", "-in", SI]
+    cmd = [lmp, "-log", "none", "-echo", "none", "-nocite", "-in", SI] + compiled.EXTRA_ARGS
     for k, v in variables.items():
         cmd += ["-var", k, str(v)]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=here, env=dict(os.environ, OMP_NUM_THREADS="1"))
@@ -75,7 +77,8 @@ def fig1(a, lmp, res):
             if model == "si_mp2" and label == "32k":
                 continue    # 32k message-passing TorchScript steps take minutes here
             for ext, kind in ((".pt", "TorchScript f64"), ("_f32.pt", "TorchScript f32"), (".pt2", "compiled f64")):
-                b = breakdown(lmp, {"model": f"{POT}/{model}{ext}", "n": n, "nsteps": a.steps})
+                path = f"{a.pt2_dir}/{model}{ext}" if ext == ".pt2" else f"{POT}/{model}{ext}"
+                b = breakdown(lmp, {"model": path, "n": n, "nsteps": a.steps, "pargs": a.pair_args})
                 rows.append((f"{model} {label} {kind}", b))
                 print(f"fig1 {model} {label} {kind}: {b}", flush=True)
     res["fig1"] = rows
@@ -97,7 +100,8 @@ def fig3(a, lmp, res):
     cells = (2, 3) if a.smoke else (5, 8, 12, 16, 24, 32)
     for n in cells:
         steps = max(2, a.steps // (1 if n <= 16 else 4))
-        r = lammps_run(lmp, SI, {"model": f"{POT}/si_local.pt2", "n": n, "nsteps": steps})
+        r = lammps_run(lmp, SI, {"model": f"{a.pt2_dir}/si_local.pt2", "n": n, "nsteps": steps,
+                                 "pargs": a.pair_args})
         pts.append((r["atoms"], 1e6 * r["step"] / r["atoms"]))
         print(f"fig3 {r['atoms']} atoms: {pts[-1][1]:.2f} us per atom-step", flush=True)
     res["fig3"] = pts
@@ -368,7 +372,13 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--lmp-args", default="", help="extra LAMMPS arguments, e.g. on a GPU: "
+                    "'-k on g 1 -sf kk -pk kokkos newton on neigh full' (figures 1 and 3)")
+    ap.add_argument("--pair-args", default="", help="pair_style torch keywords, e.g. 'device cuda'")
+    ap.add_argument("--pt2-dir", default=POT, help="folder of the compiled packages (e.g. made with "
+                    "mltorch-compile --device cuda on the GPU machine)")
     a = ap.parse_args()
+    compiled.EXTRA_ARGS = shlex.split(a.lmp_args)
     lmp = os.path.abspath(a.lmp)
     if a.smoke:
         a.reps, a.steps, a.n4k, a.n32k, a.nlj = 1, 2, 2, 3, 4
@@ -432,9 +442,11 @@ def main():
             for n, c in res["fig3"]:
                 f.write(f"| {n} | {c:.2f} |\n")
             f.write("\nplot: `cost_per_atom_step.png`\n")
-        f.write("\n## GPU\n\nNo GPU was available to this run. Figures 1 and 3 on a GPU: build with "
-                "`tools/gpu/prepare_carry.sh` and run `tools/gpu/gpu_check.sh` (see README), then "
-                "`bench/run.py --figures 1,3` with `-k on g 1 -sf kk`; not measured here.\n")
+        f.write("\n## GPU\n\nNo GPU was available to this run: figures 1 and 3 have not been measured on "
+                "a GPU. On a machine with one, after a CUDA build (tools/gpu) and `mltorch-compile --device cuda` "
+                "of si_local and si_mp2 into DIR:\n\n    .venv/bin/python bench/run.py --figures 1,3 --lmp "
+                "build-gpu/lmp --lmp-args '-k on g 1 -sf kk -pk kokkos newton on neigh full' "
+                "--pair-args 'device cuda' --pt2-dir DIR\n")
     print(f"wrote {os.path.join(here, 'RESULTS.md')}")
     return 0
 
