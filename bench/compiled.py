@@ -30,11 +30,12 @@ root = os.path.dirname(here)
 EXTRA_ARGS = []
 
 
-def lammps_run(lmp, script, variables, np=1, env=None):
-    cmd = [lmp, "-log", "none", "-echo", "none", "-nocite", "-in", script] + EXTRA_ARGS
+def lammps_run(lmp, script, variables, np=1, env=None, args=()):
+    """One LAMMPS run (extra environment `env`, extra arguments `args`): the time per
+    step and the pair style's share of its last run, and the screen output."""
+    cmd = [lmp, "-log", "none", "-echo", "none", "-nocite", "-in", script] + EXTRA_ARGS + list(args)
     for k, v in variables.items():
-        if k != "env":
-            cmd += ["-var", k, str(v)]
+        cmd += ["-var", k, str(v)]
     if np > 1:
         cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np)] + cmd
     env = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
@@ -49,15 +50,16 @@ def lammps_run(lmp, script, variables, np=1, env=None):
     model = re.findall(r"model evaluation ([0-9.]+)% of the pair time", out.stdout)
     return {"step": float(loop) / steps, "pair": float(pairs[-1][1]) / steps, "atoms": int(atoms),
             "model_share": float(model[-1]) / 100 if model else float("nan"),
-            "compiled": "compiled AOTInductor package" in out.stdout}
+            "compiled": "compiled AOTInductor package" in out.stdout, "stdout": out.stdout}
 
 
-def compare(lmp, name, script, a, b, reps, steps, np=1):
-    """Alternate runs of variable sets a and b; medians of the per-pair ratios."""
+def compare(lmp, name, script, a, b, reps, steps, np=1, env_a=None):
+    """Alternate runs of variable sets a and b (A with the extra environment
+    env_a); medians of the per-pair ratios."""
     ra, rb = [], []
     for _ in range(reps):
-        ra.append(lammps_run(lmp, script, dict(a, nsteps=steps), np, a.get("env")))
-        rb.append(lammps_run(lmp, script, dict(b, nsteps=steps), np, b.get("env")))
+        ra.append(lammps_run(lmp, script, dict(a, nsteps=steps), np, env_a))
+        rb.append(lammps_run(lmp, script, dict(b, nsteps=steps), np))
     step_ratio = statistics.median(x["step"] / y["step"] for x, y in zip(ra, rb))
     pair_ratio = statistics.median(x["pair"] / y["pair"] for x, y in zip(ra, rb))
     row = {"case": name, "atoms": ra[0]["atoms"],
@@ -96,8 +98,8 @@ def main():
         extra = {} if model == "si_local" else {"pstyle": "torch"}
         kind = "TorchScript" if ext == ".pt" else "compiled"
         rows.append(compare(lmp, f"{model} {kind}: glibc's thresholds (A) vs kept blocks (B)", script,
-                            dict(extra, model=f"{pot}/{model}{ext}", n=n, env=glibc),
-                            dict(extra, model=f"{pot}/{model}{ext}", n=n), reps, steps))
+                            dict(extra, model=f"{pot}/{model}{ext}", n=n),
+                            dict(extra, model=f"{pot}/{model}{ext}", n=n), reps, steps, env_a=glibc))
     for model, n in (("si_local", n4k), ("si_mp2", n4k), ("si_local", n32k)):
         rows.append(compare(lmp, f"{model}: TorchScript (A) vs compiled (B)", si,
                             {"model": f"{pot}/{model}.pt", "n": n}, {"model": f"{pot}/{model}.pt2", "n": n},

@@ -51,22 +51,15 @@ SI, LJ = os.path.join(here, "in.si"), os.path.join(here, "in.lj")
 FINETUNE = os.path.join(root, "examples", "finetune")
 
 
-def breakdown(lmp, variables, np=1):
+def breakdown(lmp, variables):
     """LAMMPS's timing breakdown (% of the loop) and the style's model share."""
-    cmd = [lmp, "-log", "none", "-echo", "none", "-nocite", "-in", SI] + compiled.EXTRA_ARGS
-    for k, v in variables.items():
-        cmd += ["-var", k, str(v)]
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=here, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    if out.returncode:
-        raise RuntimeError(out.stdout[-2000:] + out.stderr[-2000:])
-    text = out.stdout[out.stdout.rfind("Loop time"):]
+    r = lammps_run(lmp, SI, variables)
+    text = r["stdout"][r["stdout"].rfind("Loop time"):]
     pct = {k: float(v) for k, v in re.findall(r"^(\w+)\s+\|.*\|\s*([0-9.]+)\s*$", text, re.M)}
-    model = float(re.findall(r"model evaluation ([0-9.]+)% of the pair time", text)[-1]) / 100
-    step = float(re.search(r"Loop time of ([0-9.eE+-]+) on \d+ procs for (\d+) steps", text).group(1))
-    step /= int(re.search(r"for (\d+) steps", text).group(1))
-    return {"Pair: model": pct.get("Pair", 0) * model, "Pair: graph, copies, scatter": pct.get("Pair", 0) * (1 - model),
+    pair = pct.get("Pair", 0)
+    return {"Pair: model": pair * r["model_share"], "Pair: graph, copies, scatter": pair * (1 - r["model_share"]),
             "Neigh": pct.get("Neigh", 0), "Comm": pct.get("Comm", 0),
-            "other": sum(pct.get(k, 0) for k in ("Modify", "Output", "Other")), "ms": 1e3 * step}
+            "other": sum(pct.get(k, 0) for k in ("Modify", "Output", "Other")), "ms": 1e3 * r["step"]}
 
 
 def fig1(a, lmp, res):
@@ -243,14 +236,10 @@ def fig7(a, lmp, res):
         return
     ra, rb = [], []
     for _ in range(a.reps):
-        ra.append(lammps_run(lmp, SI, {"model": f"{POT}/si_local.pt2", "n": a.n4k, "nsteps": a.steps}))
-        out = subprocess.run([kk, "-k", "on", "t", "1", "-sf", "kk", "-log", "none", "-echo", "none", "-nocite",
-                              "-in", SI, "-var", "model", f"{POT}/si_local.pt2", "-var", "n", str(a.n4k),
-                              "-var", "nsteps", str(a.steps)], capture_output=True, text=True, cwd=here,
-                             env=dict(os.environ, OMP_NUM_THREADS="1"))
-        loop, steps = re.findall(r"Loop time of ([0-9.eE+-]+) on \d+ procs for (\d+) steps", out.stdout)[-1]
-        rb.append(float(loop) / int(steps))
-    ratio = statistics.median(y / x["step"] for x, y in zip(ra, rb))
+        variables = {"model": f"{POT}/si_local.pt2", "n": a.n4k, "nsteps": a.steps}
+        ra.append(lammps_run(lmp, SI, variables))
+        rb.append(lammps_run(kk, SI, variables, args=["-k", "on", "t", "1", "-sf", "kk"]))
+    ratio = statistics.median(y["step"] / x["step"] for x, y in zip(ra, rb))
     res["summary"].append(("7", f"torch/kk (LAMMPS 2026 + Kokkos 5.2 OpenMP, 1 thread) / torch, compiled si_local, "
                            f"{ra[0]['atoms']} atoms", "within 10%", f"{ratio:.3f} (time per step)"))
 

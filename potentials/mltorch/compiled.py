@@ -77,6 +77,7 @@ def _example_graph(cutoff, n_species, dtype, forbidden, seed=7):
     vec = pos[jj] - pos[ii]
     keep = (vec.norm(dim=1) < cutoff) & (vec.norm(dim=1) > 0.3 * cutoff)
     vec, index = vec[keep], torch.stack([ii[keep], jj[keep]])
+    forbidden = set(forbidden) | {n, n_local}
     e = vec.shape[0]
     while e in forbidden or e < 3:
         e -= 1
@@ -134,9 +135,6 @@ def compile_model(module, twin_path, out_path, *, device="cpu", threads=1, check
     forbidden = {2, 3} | {d for t in state for d in t.shape}
     vec, index, species, n_local = _example_graph(float(meta["cutoff"]), len(meta["elements"]), dtype,
                                                   forbidden)
-    forbidden |= {species.shape[0], n_local}
-    while vec.shape[0] in forbidden:
-        vec, index = vec[:-1], index[:, :-1]
     args = (vec.to(dev), index.to(dev), species.to(dev), species[:n_local].to(dev), *state)
     f = energy_and_gradient(module, names)
 
@@ -163,7 +161,7 @@ def compile_model(module, twin_path, out_path, *, device="cpu", threads=1, check
                 raw = torch._inductor.aoti_compile_and_package(
                     program, package_path=os.path.join(tmp, "model.pt2"), inductor_configs=configs)
                 if check:
-                    _check(raw, f, module, dtype, dev, forbidden, meta)
+                    _check(raw, f, state, dtype, dev, forbidden, meta)
                 info = {"compiled_format": COMPILED_FORMAT, "device": device, "threads": int(threads),
                         "simdlen": simdlen if device == "cpu" else None,
                         "torch_version": torch.__version__, "state_names": names,
@@ -176,12 +174,11 @@ def compile_model(module, twin_path, out_path, *, device="cpu", threads=1, check
     return info
 
 
-def _check(raw, f, module, dtype, dev, forbidden, meta):
+def _check(raw, f, state, dtype, dev, forbidden, meta):
     """The compiled function must equal the eager one on a graph of other sizes."""
     runner = torch._inductor.aoti_load_package(raw)
     vec, index, species, n_local = _example_graph(float(meta["cutoff"]), len(meta["elements"]), dtype,
                                                   forbidden, seed=11)
-    names, state = _state(module)
     args = (vec.to(dev), index.to(dev), species.to(dev), species[:n_local].to(dev), *state)
     e0, g0 = f(*args)
     e1, g1 = runner(*args)
@@ -254,23 +251,27 @@ def read_package(path):
         raise ExportError(f"{path} is not an ML-TORCH compiled package: {e}")
 
 
+def try_read_package(path):
+    """read_package() for a compiled package; (None, None) for any other file (a
+    TorchScript archive is a zip file too)."""
+    if not zipfile.is_zipfile(path):
+        return None, None
+    try:
+        return read_package(path)
+    except ExportError:
+        return None, None
+
+
 def compile_file(path, out_path, *, device="cpu", threads=1, simdlen=DEFAULT_SIMDLEN):
     """Compile a model file (TorchScript .pt, or a package to recompile) into `out_path`."""
-    with open(path, "rb") as fh:
-        head = fh.read(4)
-    if head[:2] == b"PK" and zipfile.is_zipfile(path):
-        try:
-            twin, _ = read_package(path)
-        except ExportError:
-            twin = None
-        if twin is not None:    # a package: recompile its twin (e.g. for another device)
-            with tempfile.TemporaryDirectory() as tmp:
-                pt = os.path.join(tmp, "twin.pt")
-                with open(pt, "wb") as fh:
-                    fh.write(twin)
-                module, _ = rebuild(pt)
-                return compile_model(module, pt, out_path, device=device, threads=threads,
-                                     simdlen=simdlen)
+    twin, _ = try_read_package(path)
+    if twin is not None:    # a package: recompile its twin (e.g. for another device)
+        with tempfile.TemporaryDirectory() as tmp:
+            pt = os.path.join(tmp, "twin.pt")
+            with open(pt, "wb") as fh:
+                fh.write(twin)
+            module, _ = rebuild(pt)
+            return compile_model(module, pt, out_path, device=device, threads=threads, simdlen=simdlen)
     module, _ = rebuild(path)
     return compile_model(module, path, out_path, device=device, threads=threads, simdlen=simdlen)
 

@@ -10,7 +10,6 @@ import argparse
 import io
 import json
 import sys
-import zipfile
 
 import warnings
 
@@ -26,21 +25,14 @@ def main(argv=None):
     import torch
     from .export import METADATA_NAME
 
-    from .compiled import read_package
-    from .export import ExportError
+    from .compiled import try_read_package
 
     status = 0
     for path in args.models:
         files = {METADATA_NAME: ""}
-        compiled = None
-        source = path
         try:
-            if zipfile.is_zipfile(path):
-                try:
-                    twin, compiled = read_package(path)
-                    source = io.BytesIO(twin)
-                except ExportError:
-                    pass    # a TorchScript archive (or foreign: reported below)
+            twin, compiled = try_read_package(path)
+            source = path if twin is None else io.BytesIO(twin)
             module = torch.jit.load(source, map_location="cpu", _extra_files=files)
         except Exception as e:
             print(f"{path}: ERROR: cannot load as a TorchScript model: {str(e).splitlines()[0]}",

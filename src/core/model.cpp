@@ -15,15 +15,14 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
 #include <set>
 #include <sstream>
-
-#include <cstdlib>
-#include <filesystem>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -254,6 +253,16 @@ static std::unique_ptr<Compiled> open_package(const std::string &bytes, const st
   return c;
 }
 
+// a package runs on the device type it was compiled for only
+static void check_compiled_device(const Compiled *c, const torch::Device &dev, const std::string &source)
+{
+  if (c && c->device_type != device_type_name(dev))
+    throw ModelError("Compiled model " + source + " was compiled for " + c->device_type +
+                     " but device " + dev.str() +
+                     " is requested; compile it for that device (mltorch-compile --device " +
+                     device_type_name(dev) + ") or use the TorchScript model file");
+}
+
 void Model::Impl::bind_compiled_state()
 {
   if (!compiled) return;
@@ -282,21 +291,14 @@ Model::Model(const std::string &bytes, const std::string &source, const std::str
     throw ModelError("Model file " + source + " is empty (0 bytes); was it written completely?");
   std::string twin;
   impl->compiled = open_package(bytes, source, twin);
-  if (impl->compiled && impl->compiled->device_type != device_type_name(impl->device))
-    throw ModelError("Compiled model " + source + " was compiled for " +
-                     impl->compiled->device_type + " but device " + impl->device.str() +
-                     " is requested; compile it for that device (mltorch-compile --device " +
-                     device_type_name(impl->device) + ") or use the TorchScript model file");
+  check_compiled_device(impl->compiled.get(), impl->device, source);
   const std::string &script = impl->compiled ? twin : bytes;
   torch::jit::ExtraFilesMap extra{{kMetadataName, ""}};
   try {
     std::istringstream in(script);
     impl->module = torch::jit::load(in, impl->device, extra);
   } catch (std::exception &e) {
-    std::string what = e.what();
-    auto nl = what.find('\n');
-    if (nl != std::string::npos) what.resize(nl);
-    throw ModelError("Cannot load " + source + " as a TorchScript model: " + what);
+    throw ModelError("Cannot load " + source + " as a TorchScript model: " + first_line(e.what()));
   }
   if (extra[kMetadataName].empty())
     throw ModelError("Model file " + source + " has no ML-TORCH metadata (" + kMetadataName +
@@ -336,11 +338,7 @@ void Model::to_device(const std::string &device)
 {
   const torch::Device dev = parse_device(device, impl->source);
   if (dev == impl->device) return;
-  if (impl->compiled && impl->compiled->device_type != device_type_name(dev))
-    throw ModelError("Compiled model " + impl->source + " was compiled for " +
-                     impl->compiled->device_type + ", not for " + dev.str() +
-                     "; compile it for that device (mltorch-compile --device " + device_type_name(dev) +
-                     ") or use the TorchScript model file");
+  check_compiled_device(impl->compiled.get(), dev, impl->source);
   impl->module.to(dev);
   impl->device = dev;
   impl->bind_compiled_state();
@@ -483,7 +481,6 @@ double Model::evaluate_into(const GraphInput &in, double *edge_grad, double *nod
 
   // the energy sum in double whatever the model's dtype, reduced where the
   // energies are (one scalar leaves the device, not n_local of them)
-  if (in.n_local == 0) return 0.0;
   return local_energy.detach().to(torch::kFloat64).sum().item<double>();
 }
 
@@ -750,10 +747,7 @@ void Trainer::load_state(const std::string &bytes)
     archive.load_from(is);
     impl->optimizer->load(archive);
   } catch (std::exception &e) {
-    std::string what = e.what();
-    auto nl = what.find('\n');
-    if (nl != std::string::npos) what.resize(nl);
-    throw ModelError("cannot restore the optimizer state: " + what);
+    throw ModelError("cannot restore the optimizer state: " + first_line(e.what()));
   }
 }
 
