@@ -84,7 +84,8 @@ def main():
     lmp = os.path.abspath(args.lmp)
     pot = os.path.join(root, "potentials")
     reps, steps = (1, 2) if args.smoke else (args.reps, args.steps)
-    n4k, n32k, nlj = (2, 2, 4) if args.smoke else (8, 16, 20)
+    # Si: 8 n^3 atoms (4,096 and 32,768); LJ: 4 n^3 atoms (4,000 and 32,000)
+    n4k, n32k, nlj4k, nlj = (2, 2, 3, 4) if args.smoke else (8, 16, 10, 20)
     si, lj = os.path.join(here, "in.si"), os.path.join(here, "in.lj")
     for m in ("si_local", "si_mp2", "lj_Ar"):
         if not os.path.exists(os.path.join(pot, m + ".pt2")):
@@ -100,13 +101,14 @@ def main():
         rows.append(compare(lmp, f"{model} {kind}: glibc's thresholds (A) vs kept blocks (B)", script,
                             dict(extra, model=f"{pot}/{model}{ext}", n=n),
                             dict(extra, model=f"{pot}/{model}{ext}", n=n), reps, steps, env_a=glibc))
-    for model, n in (("si_local", n4k), ("si_mp2", n4k), ("si_local", n32k)):
+    for model, n in (("si_local", n4k), ("si_mp2", n4k), ("si_local", n32k), ("si_mp2", n32k)):
         rows.append(compare(lmp, f"{model}: TorchScript (A) vs compiled (B)", si,
                             {"model": f"{pot}/{model}.pt", "n": n}, {"model": f"{pot}/{model}.pt2", "n": n},
                             reps, steps))
-    rows.append(compare(lmp, "LJ: TorchScript (A) vs compiled (B)", lj,
-                        {"pstyle": "torch", "model": f"{pot}/lj_Ar.pt", "n": nlj},
-                        {"pstyle": "torch", "model": f"{pot}/lj_Ar.pt2", "n": nlj}, reps, steps))
+    for n in (nlj4k, nlj):
+        rows.append(compare(lmp, "LJ: TorchScript (A) vs compiled (B)", lj,
+                            {"pstyle": "torch", "model": f"{pot}/lj_Ar.pt", "n": n},
+                            {"pstyle": "torch", "model": f"{pot}/lj_Ar.pt2", "n": n}, reps, steps))
     rows.append(compare(lmp, "LJ: compiled torch (A) vs native lj/cut (B)", lj,
                         {"pstyle": "torch", "model": f"{pot}/lj_Ar.pt2", "n": nlj},
                         {"pstyle": "native", "n": nlj}, reps, steps))
