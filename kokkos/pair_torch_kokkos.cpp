@@ -116,6 +116,10 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::settings(int narg,
 
 template <class DeviceType> void PairTorchKokkos<DeviceType>::init_style()
 {
+  if (members.size() > 1)
+    error->all(FLERR, "Pair style torch/kk runs one model; a committee ({} model files in "
+                      "pair_coeff) needs pair_style torch (run it without -sf kk or with "
+                      "'suffix off' around the pair_style)", members.size());
   // KOKKOS's default on GPUs is newton off with half lists; the model contract
   // needs ghost forces summed back to their owners
   if (force->newton_pair == 0)

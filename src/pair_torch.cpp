@@ -23,6 +23,7 @@
 #include "platform.h"
 #include "update.h"
 
+#include "committee.h"
 #include "model.h"
 
 #include <algorithm>
@@ -100,6 +101,7 @@ void PairTorch::settings(int narg, char **arg)
   // but takes the new settings: omitted keywords get their defaults again
   nthreads = 0;
   device_name = "cpu";
+  committee_mean = false;
   int iarg = 0;
   while (iarg < narg) {
     if (strcmp(arg[iarg], "threads") == 0) {
@@ -112,8 +114,19 @@ void PairTorch::settings(int narg, char **arg)
       if (iarg + 2 > narg) MLTorchCompat::missing_args(FLERR, "pair_style torch device", error);
       device_name = arg[iarg + 1];
       iarg += 2;
+    } else if (strcmp(arg[iarg], "committee") == 0) {
+      if (iarg + 2 > narg) MLTorchCompat::missing_args(FLERR, "pair_style torch committee", error);
+      if (strcmp(arg[iarg + 1], "first") == 0)
+        committee_mean = false;
+      else if (strcmp(arg[iarg + 1], "mean") == 0)
+        committee_mean = true;
+      else
+        error->all(FLERR, "Illegal pair_style torch committee value {}: must be first or mean",
+                   arg[iarg + 1]);
+      iarg += 2;
     } else {
-      error->all(FLERR, "Unknown pair_style torch keyword: {} (expected threads or device)",
+      error->all(FLERR,
+                 "Unknown pair_style torch keyword: {} (expected threads, device or committee)",
                  arg[iarg]);
     }
   }
@@ -150,7 +163,8 @@ void PairTorch::collective_check(bool ok, const std::string &message)
 }
 
 /* ----------------------------------------------------------------------
-   pair_coeff * * model.pt El1 El2 ... ElN   (NULL for uncovered types)
+   pair_coeff * * model.pt [model2.pt ...] El1 El2 ... ElN   (NULL for
+   uncovered types); several model files make a committee
 ------------------------------------------------------------------------- */
 
 void PairTorch::coeff(int narg, char **arg)
@@ -160,44 +174,83 @@ void PairTorch::coeff(int narg, char **arg)
   if (narg < 3) MLTorchCompat::missing_args(FLERR, "pair_coeff torch", error);
   if (strcmp(arg[0], "*") != 0 || strcmp(arg[1], "*") != 0)
     error->all(FLERR, "Pair style torch requires 'pair_coeff * * model.pt El1 ... El{}'", ntypes);
-  if (narg != 3 + ntypes)
+  const int nfiles = narg - 2 - ntypes;
+  if (nfiles < 1)
     error->all(FLERR,
                "Pair style torch: pair_coeff needs one element name (or NULL) per atom type: "
                "got {} name(s) for {} atom type(s)",
                narg - 3, ntypes);
 
-  // rank 0 finds the file (like other potential files, also through the
-  // LAMMPS_POTENTIALS folder), reads it once and broadcasts its bytes: no
-  // file-system storm when thousands of ranks start
-  std::string bytes, message;
-  bool ok = true;
-  model_file = arg[2];
-  if (comm->me == 0) {
-    const std::string found = utils::get_potential_file_path(model_file);
-    if (!found.empty()) model_file = found;
+  MLTorch::set_single_interop_thread();
+  MLTorch::keep_large_allocations();
+  std::vector<std::shared_ptr<MLTorch::Model>> loaded_members;
+  std::vector<std::string> files, hashes;
+  for (int m = 0; m < nfiles; ++m) {
+    // rank 0 finds the file (like other potential files, also through the
+    // LAMMPS_POTENTIALS folder), reads it once and broadcasts its bytes: no
+    // file-system storm when thousands of ranks start
+    std::string bytes, message, path = arg[2 + m];
+    bool ok = true;
+    if (comm->me == 0) {
+      const std::string found = utils::get_potential_file_path(path);
+      if (!found.empty()) path = found;
+      try {
+        bytes = MLTorch::read_file(path);
+      } catch (std::exception &e) {
+        ok = false;
+        message = e.what();
+        // a misspelt element is read as a file name when the count is off
+        if (nfiles > 1)
+          message += fmt::format(" (pair_coeff read {} model files, because {} words follow "
+                                 "'* *' and there are {} atom types)",
+                                 nfiles, narg - 2, ntypes);
+      }
+    }
+    collective_check(ok, message);
+    MLTorchMPI::broadcast_bytes(path, 0, world);
+    MLTorchMPI::broadcast_bytes(bytes, 0, world);
+    std::shared_ptr<MLTorch::Model> loaded;
     try {
-      bytes = MLTorch::read_file(model_file);
+      loaded = std::make_shared<MLTorch::Model>(bytes, path, torch_device());
     } catch (std::exception &e) {
       ok = false;
       message = e.what();
     }
+    collective_check(ok, message);
+    if (m > 0) {
+      // a committee answers the same question: same elements, units,
+      // cutoff and depth (so one graph serves all members)
+      const auto &a = loaded_members[0]->metadata(), &b = loaded->metadata();
+      std::string what;
+      if (a.elements != b.elements)
+        what = fmt::format("elements {} vs {}", join_words(a.elements), join_words(b.elements));
+      else if (a.units != b.units)
+        what = fmt::format("units {} vs {}", a.units, b.units);
+      else if (a.cutoff != b.cutoff)
+        what = fmt::format("cutoff {} vs {}", a.cutoff, b.cutoff);
+      else if (a.num_interaction_layers != b.num_interaction_layers)
+        what = fmt::format("{} vs {} interaction layers", a.num_interaction_layers,
+                           b.num_interaction_layers);
+      if (!what.empty())
+        error->all(FLERR,
+                   "Pair style torch: committee member {} ({}) does not match member 1 ({}): {}; "
+                   "a committee needs models of the same elements, units, cutoff and depth",
+                   m + 1, path, files[0], what);
+    }
+    loaded_members.push_back(std::move(loaded));
+    files.push_back(path);
+    hashes.push_back(MLTorch::content_hash(bytes));
   }
-  collective_check(ok, message);
-  MLTorchMPI::broadcast_bytes(model_file, 0, world);
-  MLTorchMPI::broadcast_bytes(bytes, 0, world);
-
-  MLTorch::set_single_interop_thread();
-  MLTorch::keep_large_allocations();
-  std::unique_ptr<MLTorch::Model> loaded;
-  try {
-    loaded = std::make_unique<MLTorch::Model>(bytes, model_file, torch_device());
-  } catch (std::exception &e) {
-    ok = false;
-    message = e.what();
-  }
-  collective_check(ok, message);
-  model_ = std::move(loaded);
-  model_hash_ = MLTorch::content_hash(bytes);
+  members = std::move(loaded_members);
+  member_files = std::move(files);
+  member_hashes = std::move(hashes);
+  model_ = members[0];
+  model_file = member_files[0];
+  model_hash_ = member_hashes[0];
+  member_out.clear();
+  committee_changed();
+  arg += nfiles - 1;    // the element names follow the last file
+  narg -= nfiles - 1;
   const auto &meta = model_->metadata();
 
   // element names -> model species
@@ -231,6 +284,12 @@ void PairTorch::coeff(int narg, char **arg)
                                      model_->compiled_threads())
                        : std::string("TorchScript"),
                    model_hash_);
+  if (comm->me == 0 && members.size() > 1)
+    utils::logmesg(lmp,
+                   "pair_style torch: committee of {} models (MD on {}): {}\n", members.size(),
+                   committee_mean ? "their mean" : "the first", join_words(member_files));
+  // per-member forces travel to their owners in one reverse communication
+  comm_reverse = members.size() > 1 ? 3 * static_cast<int>(members.size()) : 0;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -300,7 +359,7 @@ void PairTorch::init_style()
   bool ok = true;
   std::string message;
   try {
-    model_->to_device(dev);
+    for (auto &m : members) m->to_device(dev);
   } catch (std::exception &e) {
     ok = false;
     message = e.what();
@@ -440,13 +499,9 @@ void PairTorch::compute(int eflag, int vflag)
   MLTorch::GraphInput in;
   graph_input(in);
 
+  ++ncompute;
   const double t_model = platform::walltime();
-  try {
-    // node energies always come back (O(N) copy): they locate non-finite output
-    model_->evaluate(in, *output, true);
-  } catch (std::exception &e) {
-    error->one(FLERR, "Pair style torch on step {}: {}", update->ntimestep, e.what());
-  }
+  evaluate_md(in, *output);
   time_model += platform::walltime() - t_model;
   check_finite();
 
@@ -491,6 +546,127 @@ void PairTorch::compute(int eflag, int vflag)
     }
   }
   time_pair += platform::walltime() - t_start;
+}
+
+/* ----------------------------------------------------------------------
+   the MD forces: member 0, or the mean of the committee (whose members'
+   outputs are then kept for the deviation of this step)
+------------------------------------------------------------------------- */
+
+void PairTorch::evaluate_md(const MLTorch::GraphInput &in, MLTorch::GraphOutput &out)
+{
+  const int nm = static_cast<int>(members.size());
+  try {
+    if (!committee_mean || nm == 1) {
+      // node energies always come back (O(N) copy): they locate non-finite output
+      model_->evaluate(in, out, true);
+      stamp_output = ncompute;
+      return;
+    }
+    member_out.resize(nm);
+    for (int m = 0; m < nm; ++m) members[m]->evaluate(in, member_out[m], true);
+  } catch (std::exception &e) {
+    error->one(FLERR, "Pair style torch on step {}: {}", update->ntimestep, e.what());
+  }
+  stamp_members = ncompute;
+  const double w = 1.0 / nm;
+  out.energy = 0.0;
+  out.edge_grad.assign(member_out[0].edge_grad.size(), 0.0);
+  out.node_energy.assign(member_out[0].node_energy.size(), 0.0);
+  for (int m = 0; m < nm; ++m) {
+    out.energy += w * member_out[m].energy;
+    for (std::size_t k = 0; k < out.edge_grad.size(); ++k)
+      out.edge_grad[k] += w * member_out[m].edge_grad[k];
+    for (std::size_t k = 0; k < out.node_energy.size(); ++k)
+      out.node_energy[k] += w * member_out[m].node_energy[k];
+  }
+}
+
+/* ----------------------------------------------------------------------
+   committee deviation of the current configuration, as DeePMD-kit defines
+   its model deviation: for each owned atom i, over the M members m,
+     devi_f(i) = sqrt( 1/M sum_m |F_m(i) - <F(i)>|^2 )
+     devi_e(i) = sqrt( 1/M sum_m (e_m(i) - <e(i)>)^2 )
+   with <.> the committee mean and e the atomic energies. Each member's
+   forces on owned atoms include the ghost images' share (reverse comm).
+------------------------------------------------------------------------- */
+
+const PairTorch::Deviation &PairTorch::committee_deviation()
+{
+  if (stamp_deviation == ncompute && ncompute > 0) return deviation;
+  const int nm = static_cast<int>(members.size());
+  const int nlocal = atom->nlocal;
+  const int nall = nlocal + atom->nghost;
+  // the graph of the current neighbor list and positions (the same as the
+  // last force call's, unless atoms moved since)
+  build_graph();
+  MLTorch::GraphInput in;
+  graph_input(in);
+  if (stamp_members != ncompute || ncompute == 0) {
+    member_out.resize(nm);
+    try {
+      for (int m = 0; m < nm; ++m)
+        if (m == 0 && stamp_output == ncompute && ncompute > 0)
+          member_out[0] = *output;    // this force call's member-0 output
+        else
+          members[m]->evaluate(in, member_out[m], true);
+    } catch (std::exception &e) {
+      error->one(FLERR, "Pair style torch (committee deviation) on step {}: {}",
+                 update->ntimestep, e.what());
+    }
+    stamp_members = ncompute;
+  }
+  const int width = 3 * nm;
+  member_force.assign(static_cast<std::size_t>(nall) * width, 0.0);
+  for (int m = 0; m < nm; ++m) {
+    const double *g = member_out[m].edge_grad.data();
+    for (int64_t e = 0; e < in.n_edges; ++e) {
+      double *fi = &member_force[static_cast<std::size_t>(node2atom[edge_index[e]]) * width + 3 * m];
+      double *fj = &member_force[static_cast<std::size_t>(node2atom[edge_nbr[e]]) * width + 3 * m];
+      for (int k = 0; k < 3; ++k) {
+        fi[k] += g[3 * e + k];
+        fj[k] -= g[3 * e + k];
+      }
+    }
+  }
+  if (nm > 1) comm->reverse_comm(this);
+
+  deviation.atom.assign(2 * static_cast<std::size_t>(nlocal), 0.0);
+  std::vector<double> energy(nm + 1, 0.0), sum(nm + 1, 0.0);
+  std::vector<double> e_atom(nm);
+  for (int n = 0; n < ncounted; ++n) {
+    const int i = node2atom[n];
+    const double *fi = &member_force[static_cast<std::size_t>(i) * width];
+    for (int m = 0; m < nm; ++m) e_atom[m] = member_out[m].node_energy[n];
+    MLTorch::committee_atom_deviation(nm, fi, e_atom.data(), &deviation.atom[2 * i]);
+  }
+  for (int m = 0; m < nm; ++m) energy[m] = member_out[m].energy;
+  energy[nm] = ncounted;
+  MPI_Allreduce(energy.data(), sum.data(), nm + 1, MPI_DOUBLE, MPI_SUM, world);
+  deviation.member_energy.assign(sum.begin(), sum.begin() + nm);
+  deviation.natoms = sum[nm];
+  stamp_deviation = ncompute;
+  return deviation;
+}
+
+/* ---------------------------------------------------------------------- */
+
+int PairTorch::pack_reverse_comm(int n, int first, double *buf)
+{
+  const int width = 3 * static_cast<int>(members.size());
+  int m = 0;
+  for (int i = first; i < first + n; ++i)
+    for (int k = 0; k < width; ++k) buf[m++] = member_force[static_cast<std::size_t>(i) * width + k];
+  return m;
+}
+
+void PairTorch::unpack_reverse_comm(int n, int *list, double *buf)
+{
+  const int width = 3 * static_cast<int>(members.size());
+  int m = 0;
+  for (int i = 0; i < n; ++i)
+    for (int k = 0; k < width; ++k)
+      member_force[static_cast<std::size_t>(list[i]) * width + k] += buf[m++];
 }
 
 /* ----------------------------------------------------------------------

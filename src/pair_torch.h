@@ -43,12 +43,39 @@ class PairTorch : public Pair {
   double memory_usage() override;
   void *extract(const char *, int &) override;
   void finish() override;
+  int pack_reverse_comm(int, int, double *) override;
+  void unpack_reverse_comm(int, int *, double *) override;
 
   // the loaded model (nullptr before pair_coeff); fixes that keep using it
   // (fix torch/finetune) hold it through shared_model(), so it outlives a
   // replaced pair style or a new pair_coeff
   MLTorch::Model *model() { return model_.get(); }
   std::shared_ptr<MLTorch::Model> shared_model() const { return model_; }
+
+  // --- committee: several model files in pair_coeff -----------------------
+  // member 0 is model(); MD runs on member 0 ('committee first', default)
+  // or on the mean of all members ('committee mean')
+  int committee_size() const { return static_cast<int>(members.size()); }
+  std::shared_ptr<MLTorch::Model> member(int m) const { return members[m]; }
+  const std::string &member_path(int m) const { return member_files[m]; }
+  const std::string &member_hash(int m) const { return member_hashes[m]; }
+  bool md_on_mean() const { return committee_mean; }
+  // the committee deviation of the current configuration (DeePMD-kit's model
+  // deviation): per owned atom, columns devi_f = sqrt(<|F_m - <F>|^2>) and
+  // devi_e = sqrt(<(e_m - <e>)^2>) over the members m (atomic energies e);
+  // and every member's total energy. Evaluated on demand, at most once per
+  // force call (an updated model invalidates it); collective over the world.
+  struct Deviation {
+    std::vector<double> atom;            // [nlocal][2]: devi_f, devi_e
+    std::vector<double> member_energy;   // [members] total energy
+    double natoms = 0.0;                 // atoms the models cover, all ranks
+  };
+  const Deviation &committee_deviation();
+  // the parameters of some member changed (fix torch/finetune): forget the
+  // deviation and the member outputs of the last force call
+  void committee_changed() { stamp_members = stamp_deviation = -1; }
+  // the MD force model on a graph: member 0, or the mean of all members
+  void evaluate_md(const MLTorch::GraphInput &in, MLTorch::GraphOutput &out);
   // for fix torch/finetune: the graph of the current step, built from the
   // current neighbor list exactly as compute() builds it; graph_atoms()
   // maps its nodes to local/ghost atom indices
@@ -84,6 +111,17 @@ class PairTorch : public Pair {
 
  protected:
   std::shared_ptr<MLTorch::Model> model_;
+  std::vector<std::shared_ptr<MLTorch::Model>> members;    // members[0] == model_
+  std::vector<std::string> member_files, member_hashes;
+  bool committee_mean = false;
+  // per-member outputs of the last graph (committee mean, or a deviation)
+  std::vector<MLTorch::GraphOutput> member_out;
+  std::vector<double> member_force;    // [nall][3 x members], reverse-communicated
+  Deviation deviation;
+  long ncompute = 0;                   // force calls so far
+  long stamp_members = -1;             // ncompute of the graph member_out belongs to
+  long stamp_deviation = -1;           // ncompute the deviation belongs to
+  long stamp_output = -1;              // ncompute of member 0's output in *output
   std::string model_file;
   std::string model_hash_;    // content hash of the loaded file's bytes
   std::string device_name;    // torch device, "cpu" unless the device keyword says otherwise

@@ -110,6 +110,38 @@ TEST_F(PairTorchErrors, WrongNumberOfElements)
                "pair_style torch", "pair_coeff * * " + potentials + "/lj_Ar.pt Ar");
 }
 
+TEST_F(PairTorchErrors, CommitteeMembersMustMatch)
+{
+  box("metal");
+  EXPECT_ERROR("committee member 2 (" + potentials + "/morse_Cu.pt) does not match member 1 (" + potentials + "/lj_Ar.pt): elements Ar vs Cu",
+               "pair_style torch", "pair_coeff * * " + potentials + "/lj_Ar.pt " + potentials +
+               "/morse_Cu.pt Ar");
+}
+
+TEST_F(PairTorchErrors, CommitteeMisspeltElementIsReadAsAFile)
+{
+  box("metal");
+  EXPECT_ERROR("(pair_coeff read 2 model files, because 3 words follow '* *' and there are 1 atom "
+               "types)", "pair_style torch", "pair_coeff * * " + potentials + "/lj_Ar.pt Ar Ar");
+}
+
+TEST_F(PairTorchErrors, CommitteeMode)
+{
+  EXPECT_ERROR("Illegal pair_style torch committee value median: must be first or mean",
+               "pair_style torch committee median");
+}
+
+TEST_F(PairTorchErrors, DeviationNeedsACommittee)
+{
+  box("metal");
+  EXPECT_ERROR("Compute torch/deviation needs a committee of at least 2 models", "pair_style torch",
+               "pair_coeff * * " + potentials + "/lj_Ar.pt Ar", "compute dev all torch/deviation",
+               "thermo_style custom step c_dev[1]", "run 0 post no");
+  EXPECT_ERROR("Compute torch/deviation needs pair_style torch", "pair_style lj/cut 5.0",
+               "pair_coeff * * 0.01 3.4", "uncompute dev", "compute dev all torch/deviation",
+               "thermo_style custom step c_dev[1]", "run 0 post no");
+}
+
 TEST_F(PairTorchErrors, NotStarStar)
 {
   box();

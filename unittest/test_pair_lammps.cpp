@@ -30,6 +30,7 @@ using MLTorchTest::max_rel_dev;
 
 static const std::string potentials = ML_TORCH_POTENTIALS_DIR;
 static const std::string lammps_potentials = ML_TORCH_LAMMPS_POTENTIALS_DIR;
+static const std::string test_models = ML_TORCH_TEST_MODELS_DIR;
 static int me = 0, nprocs = 1;
 static bool verbose = false;    // --verbose-lammps shows LAMMPS's screen output
 
@@ -563,3 +564,108 @@ int main(int argc, char **argv)
 {
   return mpi_test_main(argc, argv, me, nprocs, verbose);
 }
+
+/* ----------------------------------------------------------------------
+   committee: the deviation of compute torch/deviation (per atom and its
+   group statistics) equals DeePMD-kit's model deviation computed here from
+   the members on the independent brute-force graph; 'committee mean' runs
+   MD on the mean of the members' forces
+------------------------------------------------------------------------- */
+
+struct CommitteeCase {
+  std::string name;
+  std::vector<std::string> files;
+  int layers;
+};
+
+class Committee : public ::testing::TestWithParam<CommitteeCase> {};
+
+TEST_P(Committee, DeviationEqualsIndependentEvaluation)
+{
+  const auto &c = GetParam();
+  std::string files;
+  for (const auto &f : c.files) files += f + " ";
+  for (const std::string mode : {"first", "mean"}) {
+    Lammps l;
+    l.cmds(crystal("lattice diamond 5.431", 28.0855, false, 2));
+    l.cmds({"pair_style torch committee " + mode, "pair_coeff * * " + files + "Si",
+            "compute dev all torch/deviation", "thermo_style custom step pe c_dev[*]",
+            "run 0 post no"});
+    const auto dev = l.gather("c_dev", 2);
+    const auto vec = l.compute_vector("dev", 7);
+    const auto x = l.gather("x", 3);
+    const auto f = l.gather("f", 3);
+    const std::size_t n = l.natoms();
+    ASSERT_EQ(n, 64u);
+    const auto *boxlo = static_cast<double *>(lammps_extract_global(l.lmp, "boxlo"));
+    const auto *boxhi = static_cast<double *>(lammps_extract_global(l.lmp, "boxhi"));
+    std::array<std::array<double, 3>, 3> cell{
+        {{boxhi[0] - boxlo[0], 0, 0}, {0, boxhi[1] - boxlo[1], 0}, {0, 0, boxhi[2] - boxlo[2]}}};
+    const std::vector<int64_t> species(n, 0);
+    const int nm = static_cast<int>(c.files.size());
+    std::vector<std::vector<double>> forces(nm), energies(nm);
+    std::vector<double> etot(nm), fmean(3 * n, 0.0);
+    for (int m = 0; m < nm; ++m) {
+      MLTorch::Model model(MLTorch::read_file(c.files[m]), c.files[m], "cpu");
+      const auto g = MLTorchTest::build_reference_graph(x, species, cell, {true, true, true}, 1,
+                                                        model.metadata().cutoff);
+      MLTorch::GraphOutput out;
+      model.evaluate(g.input(), out, true);
+      forces[m].assign(3 * n, 0.0);
+      for (std::size_t e = 0; e < g.centre.size(); ++e)
+        for (int d = 0; d < 3; ++d) {
+          forces[m][3 * g.owner[g.centre[e]] + d] += out.edge_grad[3 * e + d];
+          forces[m][3 * g.owner[g.neighbour[e]] + d] -= out.edge_grad[3 * e + d];
+        }
+      energies[m] = out.node_energy;
+      etot[m] = out.energy;
+      for (std::size_t k = 0; k < 3 * n; ++k) fmean[k] += forces[m][k] / nm;
+    }
+    // the definition, written out independently of the core's helper
+    std::vector<double> ref(2 * n);
+    double stats[6] = {-1, 1e300, 0, -1, 1e300, 0};
+    for (std::size_t i = 0; i < n; ++i) {
+      double vf = 0.0, ve = 0.0, em = 0.0;
+      for (int m = 0; m < nm; ++m) em += energies[m][i] / nm;
+      for (int m = 0; m < nm; ++m) {
+        for (int d = 0; d < 3; ++d) vf += std::pow(forces[m][3 * i + d] - fmean[3 * i + d], 2) / nm;
+        ve += std::pow(energies[m][i] - em, 2) / nm;
+      }
+      ref[2 * i] = std::sqrt(vf);
+      ref[2 * i + 1] = std::sqrt(ve);
+      for (int k = 0; k < 2; ++k) {
+        stats[3 * k] = std::max(stats[3 * k], ref[2 * i + k]);
+        stats[3 * k + 1] = std::min(stats[3 * k + 1], ref[2 * i + k]);
+        stats[3 * k + 2] += ref[2 * i + k] / n;
+      }
+    }
+    double emean = 0.0, evar = 0.0;
+    for (int m = 0; m < nm; ++m) emean += etot[m] / nm;
+    for (int m = 0; m < nm; ++m) evar += std::pow(etot[m] - emean, 2) / nm;
+    std::vector<double> ref_vec(stats, stats + 6);
+    ref_vec.push_back(std::sqrt(evar) / n);
+
+    const double dd = max_rel_dev(dev, ref);
+    const double dv = max_rel_dev(vec, ref_vec);
+    report(c.name + " " + mode + " per-atom deviation", dd);
+    report(c.name + " " + mode + " deviation statistics", dv);
+    EXPECT_LE(dd, 1e-10);
+    EXPECT_LE(dv, 1e-10);
+    // a committee that agrees would make the check empty
+    EXPECT_GE(ref_vec[0], 1e-3) << "members agree too closely for a meaningful test";
+    const double df = max_rel_dev(f, mode == "mean" ? fmean : forces[0]);
+    report(c.name + " " + mode + " MD forces vs reference", df);
+    EXPECT_LE(df, 1e-10);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, Committee,
+    ::testing::Values(
+        CommitteeCase{"si_crystal_committee",
+                      {potentials + "/si_crystal_c0.pt", potentials + "/si_crystal_c1.pt",
+                       potentials + "/si_crystal_c2.pt"},
+                      1},
+        CommitteeCase{"si_mp2_perturbed",
+                      {potentials + "/si_mp2.pt", test_models + "/si_mp2_perturbed.pt"}, 2}),
+    [](const auto &info) { return info.param.name; });

@@ -6,6 +6,7 @@
 #include "lammpsplugin.h"
 #include "version.h"
 
+#include "compute_torch_deviation.h"
 #include "fix_torch_finetune.h"
 #include "pair_torch.h"
 
@@ -14,6 +15,11 @@ using namespace LAMMPS_NS;
 static Pair *pair_torch_creator(LAMMPS *lmp)
 {
   return new PairTorch(lmp);
+}
+
+static Compute *compute_torch_deviation_creator(LAMMPS *lmp, int argc, char **argv)
+{
+  return new ComputeTorchDeviation(lmp, argc, argv);
 }
 
 static Fix *fix_torch_finetune_creator(LAMMPS *lmp, int argc, char **argv)
@@ -39,5 +45,11 @@ extern "C" void lammpsplugin_init(void *lmp, void *handle, void *regfunc)
   plugin.name = "torch/finetune";
   plugin.info = "ML-TORCH online fine-tuning of a pair_style torch model";
   plugin.creator.v2 = (lammpsplugin_factory2 *) &fix_torch_finetune_creator;
+  (*register_plugin)(&plugin, lmp);
+
+  plugin.style = "compute";
+  plugin.name = "torch/deviation";
+  plugin.info = "ML-TORCH committee deviation of pair_style torch models";
+  plugin.creator.v2 = (lammpsplugin_factory2 *) &compute_torch_deviation_creator;
   (*register_plugin)(&plugin, lmp);
 }

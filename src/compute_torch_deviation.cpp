@@ -1,0 +1,144 @@
+/* ----------------------------------------------------------------------
+   LAMMPS - Large-scale Atomic/Molecular Massively Parallel Simulator
+   https://www.lammps.org/, Sandia National Laboratories
+   LAMMPS development team: developers@lammps.org
+
+   ML-TORCH package: machine-learned potentials in PyTorch.
+   Distributed under the GNU General Public License, version 2.
+------------------------------------------------------------------------- */
+
+#include "compute_torch_deviation.h"
+
+#include "atom.h"
+#include "comm.h"
+#include "error.h"
+#include "force.h"
+#include "memory.h"
+#include "pair_torch.h"
+#include "update.h"
+
+#include "committee.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+using namespace LAMMPS_NS;
+
+/* ----------------------------------------------------------------------
+   compute ID group torch/deviation
+------------------------------------------------------------------------- */
+
+ComputeTorchDeviation::ComputeTorchDeviation(LAMMPS *lmp, int narg, char **arg) :
+    Compute(lmp, narg, arg), pair(nullptr), nmax(0), devi(nullptr)
+{
+  if (narg != 3)
+    error->all(FLERR, "Illegal compute torch/deviation command: it takes no arguments "
+                      "(compute ID group torch/deviation)");
+  vector_flag = 1;
+  size_vector = 7;
+  extvector = 0;
+  peratom_flag = 1;
+  size_peratom_cols = 2;
+  vector = new double[size_vector];
+  for (int k = 0; k < size_vector; ++k) vector[k] = 0.0;
+}
+
+ComputeTorchDeviation::~ComputeTorchDeviation()
+{
+  delete[] vector;
+  memory->destroy(devi);
+}
+
+/* ---------------------------------------------------------------------- */
+
+PairTorch *ComputeTorchDeviation::find_pair()
+{
+  auto *p = dynamic_cast<PairTorch *>(force->pair_match("^torch", 0));
+  if (!p)
+    error->all(FLERR, "Compute torch/deviation needs pair_style torch (alone or in pair_style "
+                      "hybrid) with a committee: pair_coeff * * model1.pt model2.pt ... elements");
+  if (p->committee_size() < 2)
+    error->all(FLERR,
+               "Compute torch/deviation needs a committee of at least 2 models: list several "
+               "model files in pair_coeff (pair_coeff * * model1.pt model2.pt ... elements)");
+  return p;
+}
+
+void ComputeTorchDeviation::init()
+{
+  pair = find_pair();
+}
+
+/* ----------------------------------------------------------------------
+   1-3: max, min, mean over the group's atoms of devi_f (force units)
+   4-6: the same of devi_e (atomic energies, energy units)
+   7:   committee standard deviation of the total energy per atom
+------------------------------------------------------------------------- */
+
+void ComputeTorchDeviation::compute_vector()
+{
+  invoked_vector = update->ntimestep;
+  // the pair style may have been replaced since init()
+  pair = find_pair();
+  const auto &d = pair->committee_deviation();
+  const int nlocal = atom->nlocal;
+  const int *mask = atom->mask;
+  const int *type = atom->type;
+  double mx[2] = {-1.0, -1.0}, mn[2] = {std::numeric_limits<double>::max(),
+                                        std::numeric_limits<double>::max()};
+  double sum[3] = {0.0, 0.0, 0.0};    // devi_f, devi_e, atoms
+  for (int i = 0; i < nlocal; ++i) {
+    if (!(mask[i] & groupbit) || pair->species_of_type(type[i]) < 0) continue;
+    for (int c = 0; c < 2; ++c) {
+      const double v = d.atom[2 * i + c];
+      mx[c] = std::max(mx[c], v);
+      mn[c] = std::min(mn[c], v);
+      sum[c] += v;
+    }
+    sum[2] += 1.0;
+  }
+  double gmx[2], gmn[2], gsum[3];
+  MPI_Allreduce(mx, gmx, 2, MPI_DOUBLE, MPI_MAX, world);
+  MPI_Allreduce(mn, gmn, 2, MPI_DOUBLE, MPI_MIN, world);
+  MPI_Allreduce(sum, gsum, 3, MPI_DOUBLE, MPI_SUM, world);
+  if (gsum[2] < 1.0) {
+    for (int k = 0; k < 6; ++k) vector[k] = 0.0;
+  } else {
+    for (int c = 0; c < 2; ++c) {
+      vector[3 * c] = gmx[c];
+      vector[3 * c + 1] = gmn[c];
+      vector[3 * c + 2] = gsum[c] / gsum[2];
+    }
+  }
+  const int nm = pair->committee_size();
+  vector[6] = d.natoms > 0.0
+      ? MLTorch::committee_std(nm, d.member_energy.data()) / d.natoms
+      : 0.0;
+}
+
+/* ---------------------------------------------------------------------- */
+
+void ComputeTorchDeviation::compute_peratom()
+{
+  invoked_peratom = update->ntimestep;
+  if (atom->nmax > nmax) {
+    memory->destroy(devi);
+    nmax = atom->nmax;
+    memory->create(devi, nmax, 2, "torch/deviation:devi");
+    array_atom = devi;
+  }
+  pair = find_pair();
+  const auto &d = pair->committee_deviation();
+  const int nlocal = atom->nlocal;
+  const int *mask = atom->mask;
+  for (int i = 0; i < nlocal; ++i)
+    for (int c = 0; c < 2; ++c) devi[i][c] = (mask[i] & groupbit) ? d.atom[2 * i + c] : 0.0;
+}
+
+/* ---------------------------------------------------------------------- */
+
+double ComputeTorchDeviation::memory_usage()
+{
+  return 2.0 * nmax * sizeof(double);
+}
