@@ -45,7 +45,9 @@
 #include "platform.h"
 #include "update.h"
 
+#include "committee.h"
 #include "model.h"
+#include "training.h"
 
 #include <algorithm>
 #include <cmath>
@@ -59,10 +61,10 @@ using namespace FixConst;
 using MathConst::MY_PI;
 
 namespace {
-constexpr int RESTART_VERSION = 1;
+// 2: committees (member count and hashes); version 1 files (one model) still load
+constexpr int RESTART_VERSION = 2;
 constexpr std::size_t BUCKET_DOUBLES = 1 << 20;    // 8 MB per reduction bucket
 constexpr int NSTATS = 7;                          // statistics appended to the gradient
-enum { COMM_PARTIAL, COMM_RESIDUAL, COMM_NEW };
 
 // positional pack/unpack of the restart payload
 void put_bytes(std::string &out, const std::string &bytes)
@@ -158,7 +160,8 @@ FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
     replay_mbytes(256.0), student(nullptr), teacher(nullptr), synced(false),
     pending(0), nupdates(0), nskipped(0), nrollbacks(0), nchecks(0), nconfigs(0), loss_ema(-1.0),
     acc_loss(0), acc_se_e(0), acc_se_f(0), acc_nf(0), acc_se_w(0), acc_n(0), nmax(0),
-    fpart(nullptr), resid(nullptr), fref(nullptr), fsave(nullptr), commflag(COMM_PARTIAL),
+    fpart(nullptr), resid(nullptr), fref(nullptr), fsave(nullptr), resid_atom(nullptr),
+    fmd(nullptr), reverse_target(nullptr),
     stored_this_round(0), replay_warned(false), acc_ngrad(0)
 {
   // KOKKOS data masks (a fix's default is everything, synced to the host on
@@ -184,7 +187,7 @@ FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
   static const std::vector<std::string> keywords{
       "teacher", "weights", "lr", "optimizer", "weight_decay", "momentum", "schedule", "clip",
       "accumulate", "max_force_error", "rollback", "save", "log", "check", "train", "freeze",
-      "replay", "replay_memory"};
+      "replay", "replay_memory", "uncertainty"};
   auto is_keyword = [&](const char *w) {
     for (const auto &k : keywords)
       if (k == w) return true;
@@ -302,6 +305,15 @@ FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
       if (replay_capacity < 0 || replay_mix < 0 || (replay_capacity == 0 && replay_mix > 0))
         error->all(FLERR, "Fix torch/finetune replay needs a capacity >= 0 and a mix count >= 0");
       iarg += 3;
+    } else if (kw == "uncertainty") {
+      gate_low = number(iarg + 1, "uncertainty");
+      gate_high = number(iarg + 2, "uncertainty");
+      if (!(gate_low >= 0.0) || !(gate_high > gate_low))
+        error->all(FLERR, "Fix torch/finetune uncertainty {} {}: need 0 <= low < high (force "
+                          "units: the committee's largest per-atom force deviation)",
+                   arg[iarg + 1], arg[iarg + 2]);
+      gated = true;
+      iarg += 3;
     } else if (kw == "replay_memory") {
       replay_mbytes = number(iarg + 1, "replay_memory");
       if (!(replay_mbytes > 0)) error->all(FLERR, "Fix torch/finetune replay_memory must be > 0 MB");
@@ -325,6 +337,13 @@ FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
   model_ = student->shared_model();
   model_path = student->model_path();
   model_hash = student->model_hash();
+  for (int m = 0; m < student->committee_size(); ++m) {
+    members.push_back(student->member(m));
+    member_hashes.push_back(student->member_hash(m));
+  }
+  if (gated && members.size() < 2)
+    error->all(FLERR, "Fix torch/finetune uncertainty needs a committee: list 2 or more model "
+                      "files in pair_coeff (pair_coeff * * model1.pt model2.pt ... elements)");
   if (atom->torque_flag)
     error->all(FLERR, "Fix torch/finetune supports point particles only (this atom style has "
                       "torques)");
@@ -333,7 +352,13 @@ FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
   setup_trainable();
 
   vector_flag = 1;
-  size_vector = 13;
+  size_vector = 17;
+  peratom_flag = 1;
+  size_peratom_cols = 0;
+  peratom_freq = nevery;
+  grow_arrays(atom->nmax);
+  atom->add_callback(Atom::GROW);
+  for (int i = 0; i < atom->nmax; ++i) resid_atom[i] = 0.0;
   global_freq = nevery;
   extvector = 0;
   restart_global = 1;
@@ -346,11 +371,14 @@ FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
 
 FixTorchFinetune::~FixTorchFinetune()
 {
+  if (modify->get_fix_by_id(id)) atom->delete_callback(id, Atom::GROW);
+  memory->destroy(resid_atom);
   delete teacher;
   memory->destroy(fpart);
   memory->destroy(resid);
   memory->destroy(fref);
   memory->destroy(fsave);
+  memory->destroy(fmd);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -406,10 +434,8 @@ void FixTorchFinetune::parse_teacher()
     ++ncoeff;
   }
   if (ncoeff == 0) error->all(FLERR, "Fix torch/finetune teacher: no pair coefficients given");
-  if (teacher->ghostneigh)
-    error->all(FLERR, "Fix torch/finetune teacher: pair style {} needs neighbors of ghost atoms, "
-                      "which a teacher cannot request; use a local potential as the teacher",
-               style);
+  // a torch teacher is a private instance, not a pair_style hybrid sub-style
+  if (auto *t = dynamic_cast<PairTorch *>(teacher)) t->set_private_instance();
 }
 
 /* ----------------------------------------------------------------------
@@ -439,23 +465,35 @@ void FixTorchFinetune::setup_trainable()
       error->all(FLERR, "Fix torch/finetune freeze {}: no model parameter is named {} or {}.*; "
                         "parameters: {}", pre, pre, pre, MLTorchMPI::join_words(names));
   }
-  model_->set_trainable(mask);
+  for (auto &m : members) {
+    if (m->parameter_names() != names)
+      error->all(FLERR, "Fix torch/finetune: committee member {} has other parameters than the "
+                        "first model; a committee it trains needs models of one architecture",
+                 student->member_path(static_cast<int>(&m - members.data())));
+    m->set_trainable(mask);
+  }
   const bigint ntrain = model_->num_trainable();
   if (ntrain == 0)
     error->all(FLERR, "Fix torch/finetune: nothing to train: model {} has {} parameters and the "
                       "train/freeze keywords leave none trainable",
                model_path, model_->num_parameters());
   try {
-    trainer = std::make_unique<MLTorch::Trainer>(*model_, *opt);
+    training = std::make_unique<MLTorch::TrainingState>(members, *opt);
   } catch (std::exception &e) {
     error->all(FLERR, "Fix torch/finetune: {}", e.what());
   }
-  good_params.clear();
-  if (comm->me == 0)
+  if (comm->me == 0) {
     utils::logmesg(lmp, "fix torch/finetune: training {} of {} parameters of {} with {} "
                         "(lr {}), every {} steps, {} configuration(s) per update and replica\n",
                    ntrain, model_->num_parameters(), model_path, opt->kind, opt->lr,
                    nevery, accumulate);
+    if (members.size() > 1)
+      utils::logmesg(lmp, "fix torch/finetune: all {} committee members train on the labels, "
+                          "each with its own optimizer\n", members.size());
+    if (gated)
+      utils::logmesg(lmp, "fix torch/finetune: labels only configurations whose committee force "
+                          "deviation lies in [{}, {})\n", gate_low, gate_high);
+  }
 }
 
 /* ----------------------------------------------------------------------
@@ -470,11 +508,13 @@ void FixTorchFinetune::check_replicas_consistent(bool broadcast)
   // of the training schedule (collectives of replicas must pair up)
   std::string mask;
   for (bool t : model_->trainable()) mask += t ? '1' : '0';
+  std::string hashes;
+  for (const auto &h : member_hashes) hashes += h + " ";
   std::string mine = fmt::format(
-      "model {} trainable {} | N {} accumulate {} replay {} check {} save {} {} | {} lr {} wd {} "
+      "model {} trainable {} | uncertainty {} {} {} | N {} accumulate {} replay {} check {} save {} {} | {} lr {} wd {} "
       "momentum {} schedule {} {} {} clip {} max_force_error {} rollback {} weights {} {} {} | "
       "updates {} skipped {} rollbacks {} pending {} phase {} | run {} steps from {} to {}",
-      model_hash, MLTorch::content_hash(mask), nevery, accumulate, replay_mix,
+      hashes, MLTorch::content_hash(mask), gated ? 1 : 0, gate_low, gate_high, nevery, accumulate, replay_mix,
       check_every, save_every, save_file.empty() ? 0 : 1, opt->kind, opt->lr, opt->weight_decay,
       opt->momentum, schedule, sched_a, sched_b, clip, max_force_error, rollback_factor, w_energy,
       w_force, w_stress, nupdates, nskipped, nrollbacks, pending, update->ntimestep % nevery,
@@ -492,13 +532,15 @@ void FixTorchFinetune::check_replicas_consistent(bool broadcast)
 
   // parameters, buffers and optimizer/rollback state of universe rank 0
   // (DDP's initial broadcast)
-  std::string state = model_->state_bytes(), optim = trainer->state();
-  for (std::string *bytes : {&state, &optim, &good_params, &good_optimizer})
+  std::string state = training->parameters(), optim = training->optimizer_state();
+  std::string good = training->good_parameters(), good_opt = training->good_optimizer_state();
+  for (std::string *bytes : {&state, &optim, &good, &good_opt})
     MLTorchMPI::broadcast_bytes(*bytes, 0, universe->uworld);
   MPI_Bcast(&loss_ema, 1, MPI_DOUBLE, 0, universe->uworld);
   try {
-    model_->load_state_bytes(state);
-    trainer->load_state(optim);
+    training->load_parameters(state);
+    training->load_optimizer_state(optim);
+    training->load_good(good, good_opt);
   } catch (std::exception &e) {
     error->one(FLERR, "Fix torch/finetune: cannot take the parameters of universe rank 0: {}",
                e.what());
@@ -513,7 +555,10 @@ void FixTorchFinetune::init()
   // object: a reloaded file, another pair style in between, or a new
   // pair_coeff all give another one)
   auto *pair = dynamic_cast<PairTorch *>(force->pair_match("^torch", 0));
-  if (!pair || pair->shared_model() != model_)
+  bool same = pair && pair->committee_size() == static_cast<int>(members.size());
+  for (std::size_t m = 0; same && m < members.size(); ++m)
+    same = pair->member(static_cast<int>(m)) == members[m];
+  if (!same)
     error->all(FLERR, "Fix torch/finetune: the pair_style torch model changed after the fix was "
                       "defined; unfix and define the fix again after the new pair_coeff");
   student = pair;
@@ -557,6 +602,12 @@ void FixTorchFinetune::init()
   const double skin = neighbor->skin;
   const double cut_student = force->pair->cutforce;
   const double cut_teacher = teacher->cutforce;
+  if (cut_teacher > cut_student && teacher->ghostneigh)
+    error->all(FLERR,
+               "Fix torch/finetune: teacher {} needs neighbors of ghost atoms and has cutoff {}, "
+               "longer than the model's {}; LAMMPS builds ghost-atom lists to the MD pair style's "
+               "cutoff only: use a teacher with a cutoff <= {}",
+               teacher_style, cut_teacher, cut_student, cut_student);
   if (cut_teacher > cut_student) {
     const double need = cut_teacher + skin;
     const double have = MAX(comm->cutghostuser, cut_student + skin);
@@ -591,7 +642,7 @@ void FixTorchFinetune::init()
 
 void FixTorchFinetune::setup(int /*vflag*/)
 {
-  grow_arrays();
+  grow_work();
 }
 
 /* ----------------------------------------------------------------------
@@ -613,7 +664,7 @@ void FixTorchFinetune::setup_pre_force(int /*vflag*/)
 
 /* ---------------------------------------------------------------------- */
 
-void FixTorchFinetune::grow_arrays()
+void FixTorchFinetune::grow_work()
 {
   if (atom->nmax > nmax) {
     nmax = atom->nmax;
@@ -621,6 +672,8 @@ void FixTorchFinetune::grow_arrays()
     memory->destroy(resid);
     memory->destroy(fref);
     memory->destroy(fsave);
+    memory->destroy(fmd);
+    memory->create(fmd, nmax, 3, "torch/finetune:fmd");
     memory->create(fpart, nmax, 3, "torch/finetune:fpart");
     memory->create(resid, nmax, 3, "torch/finetune:resid");
     memory->create(fref, nmax, 3, "torch/finetune:fref");
@@ -672,18 +725,87 @@ void FixTorchFinetune::post_force(int /*vflag*/)
   // with KOKKOS: per-atom data to the host on labelling steps only (the
   // fix's data masks are empty, so LAMMPS syncs nothing for it otherwise)
   student->sync_host_for_fix();
-  grow_arrays();
+  grow_work();
   // this step's graph, built once; it stays valid through the update
   MLTorch::GraphInput in;
-  student->training_graph(in);
-  train_current(in);
+  bool built = false, labelled = false;
+  if (!gated || gate_says_label()) {
+    student->training_graph(in);
+    built = true;
+    train_current(in);
+    labelled = true;
+  }
   if (++pending >= accumulate) {
-    const bigint before = nupdates + nrollbacks;
+    if (!built) student->training_graph(in);
+    // the MD model's forces before the update: from labelling (member 1 is
+    // the MD model) or from the pair style's force call of this step
+    double **before = fpart;
+    if (!labelled || student->md_on_mean()) {
+      md_forces(in, fmd, student->md_output());
+      before = fmd;
+    }
+    const bigint before_events = nupdates + nrollbacks;
     take_step();
-    if (nupdates + nrollbacks != before) refresh_forces(in);
+    if (nupdates + nrollbacks != before_events) refresh_forces(in, before);
   }
   student->host_forces_modified();
   time_update += platform::walltime() - t_start;
+}
+
+/* ----------------------------------------------------------------------
+   the MD model's forces on the owned atoms (ghost shares summed by reverse
+   comm) from its output on this graph, evaluated here if not given
+------------------------------------------------------------------------- */
+
+void FixTorchFinetune::md_forces(const MLTorch::GraphInput &in, double **dst,
+                                 const MLTorch::GraphOutput *given)
+{
+  const int nall = atom->nlocal + atom->nghost;
+  const auto &node2atom = student->graph_atoms();
+  MLTorch::GraphOutput out;
+  if (!given) {
+    student->evaluate_md(in, out);
+    given = &out;
+  }
+  if (nall > 0) std::memset(&dst[0][0], 0, sizeof(double) * 3 * nall);
+  for (int64_t e = 0; e < in.n_edges; ++e) {
+    const int i = node2atom[in.edge_index[e]];
+    const int j = node2atom[in.edge_index[in.n_edges + e]];
+    for (int k = 0; k < 3; ++k) {
+      dst[i][k] += given->edge_grad[3 * e + k];
+      dst[j][k] -= given->edge_grad[3 * e + k];
+    }
+  }
+  reverse_target = dst;
+  MLTorchCompat::reverse_comm(comm, this);
+}
+
+/* ----------------------------------------------------------------------
+   uncertainty gating: the committee's largest per-atom force deviation of
+   this replica's configuration decides (the same on all its ranks)
+------------------------------------------------------------------------- */
+
+bool FixTorchFinetune::gate_says_label()
+{
+  const auto &d = student->committee_deviation();
+  const int nlocal = atom->nlocal;
+  const int *type = atom->type;
+  double mx = 0.0, gmx = 0.0;
+  for (int i = 0; i < nlocal; ++i)
+    if (student->species_of_type(type[i]) >= 0)
+      mx = std::max(mx, std::isnan(d.atom[2 * i]) ? INFINITY : d.atom[2 * i]);
+  MPI_Allreduce(&mx, &gmx, 1, MPI_DOUBLE, MPI_MAX, world);
+  last_devi = gmx;
+  switch (MLTorch::gate(gmx, gate_low, gate_high)) {
+    case MLTorch::Gate::Known:
+      ++nknown;
+      return false;
+    case MLTorch::Gate::Skip:
+      ++nabove;
+      return false;
+    default:
+      return true;
+  }
 }
 
 /* ----------------------------------------------------------------------
@@ -693,31 +815,14 @@ void FixTorchFinetune::post_force(int /*vflag*/)
    then does not depend on where runs or restarts split it
 ------------------------------------------------------------------------- */
 
-void FixTorchFinetune::refresh_forces(const MLTorch::GraphInput &in)
+void FixTorchFinetune::refresh_forces(const MLTorch::GraphInput &in, double **before)
 {
-  const int nlocal = atom->nlocal;
-  const int nall = nlocal + atom->nghost;
-  const auto &node2atom = student->graph_atoms();
-  MLTorch::GraphOutput out;
-  try {
-    model_->evaluate(in, out, false);
-  } catch (std::exception &e) {
-    error->one(FLERR, "Fix torch/finetune on step {}: {}", update->ntimestep, e.what());
-  }
-  if (nall > 0) std::memset(&resid[0][0], 0, sizeof(double) * 3 * nall);
-  for (int64_t e = 0; e < in.n_edges; ++e) {
-    const int i = node2atom[in.edge_index[e]];
-    const int j = node2atom[in.edge_index[in.n_edges + e]];
-    for (int k = 0; k < 3; ++k) {
-      resid[i][k] += out.edge_grad[3 * e + k];
-      resid[j][k] -= out.edge_grad[3 * e + k];
-    }
-  }
-  commflag = COMM_NEW;
-  MLTorchCompat::reverse_comm(comm, this);
+  student->committee_changed();
+  md_forces(in, resid, nullptr);
   double **f = atom->f;
+  const int nlocal = atom->nlocal;
   for (int i = 0; i < nlocal; ++i)
-    for (int k = 0; k < 3; ++k) f[i][k] += resid[i][k] - fpart[i][k];
+    for (int k = 0; k < 3; ++k) f[i][k] += resid[i][k] - before[i][k];
 }
 
 /* ----------------------------------------------------------------------
@@ -728,73 +833,95 @@ void FixTorchFinetune::train_current(const MLTorch::GraphInput &in)
 {
   const int nlocal = atom->nlocal;
   const int nall = nlocal + atom->nghost;
-
-  // stage 1: partial forces of this rank's graph
+  const int *type = atom->type;
   const auto &node2atom = student->graph_atoms();
-  double e_part = 0.0, w_part[6];
-  auto &node_forces = node_buf;
-  try {
-    model_->forward_train(in, e_part, node_forces, w_part);
-  } catch (std::exception &e) {
-    error->one(FLERR, "Fix torch/finetune on step {}: {}", update->ntimestep, e.what());
-  }
 
-  // full model forces on the owners: LAMMPS reverse communication
-  if (nall > 0) std::memset(&fpart[0][0], 0, sizeof(double) * 3 * nall);
-  for (int64_t n = 0; n < in.n_nodes; ++n) {
-    const int a = node2atom[n];
-    for (int k = 0; k < 3; ++k) fpart[a][k] += node_forces[3 * n + k];
-  }
-  commflag = COMM_PARTIAL;
-  MLTorchCompat::reverse_comm(comm, this);
-
+  // the labels, once for all members
   double e_ref_part = 0.0, w_ref_part[6];
   teacher_labels(e_ref_part, w_ref_part);
+  ++ncalls;
 
-  // per-replica sums: energies, virials, covered atoms, squared force residual
-  const int *type = atom->type;
-  double local[16] = {0.0};
-  local[0] = e_part;
-  local[1] = e_ref_part;
-  for (int k = 0; k < 6; ++k) {
-    local[2 + k] = w_part[k];
-    local[8 + k] = w_ref_part[k];
-  }
-  for (int i = 0; i < nlocal; ++i) {
-    if (student->species_of_type(type[i]) < 0) continue;
-    local[14] += 1.0;
-    for (int k = 0; k < 3; ++k) {
-      const double r = fpart[i][k] - fref[i][k];
-      local[15] += r * r;
+  // every member learns the labels (the last one treated is member 1, the
+  // MD model: fpart keeps its forces and the statistics are its own)
+  double loss = 0.0, de = 0.0, se_w = 0.0, se_f = 0.0, natoms = 0.0;
+  for (int m = static_cast<int>(members.size()) - 1; m >= 0; --m) {
+    MLTorch::Model &model = *members[m];
+    // stage 1: partial forces of this rank's graph
+    double e_part = 0.0, w_part[6];
+    auto &node_forces = node_buf;
+    try {
+      model.forward_train(in, e_part, node_forces, w_part);
+    } catch (std::exception &e) {
+      error->one(FLERR, "Fix torch/finetune on step {}: {}", update->ntimestep, e.what());
     }
-  }
-  double sum[16];
-  MPI_Allreduce(local, sum, 16, MPI_DOUBLE, MPI_SUM, world);
-  const double natoms = sum[14];
-  if (natoms < 1.0)
-    error->all(FLERR, "Fix torch/finetune: no atom of a type the model covers; nothing to train on");
-  const auto t = loss_terms(w_energy, w_force, w_stress, sum[0], sum[1], sum + 2, sum + 8, sum[15],
-                            natoms);
 
-  // stage 2: residual weights on owners, copied to ghost images by LAMMPS
-  // forward communication, then the weighted backward pass on every rank
-  for (int i = 0; i < nlocal; ++i) {
-    const bool covered = student->species_of_type(type[i]) >= 0;
-    for (int k = 0; k < 3; ++k) resid[i][k] = covered ? t.cf * (fpart[i][k] - fref[i][k]) : 0.0;
+    // full model forces on the owners: LAMMPS reverse communication
+    if (nall > 0) std::memset(&fpart[0][0], 0, sizeof(double) * 3 * nall);
+    for (int64_t n = 0; n < in.n_nodes; ++n) {
+      const int a = node2atom[n];
+      for (int k = 0; k < 3; ++k) fpart[a][k] += node_forces[3 * n + k];
+    }
+    reverse_target = fpart;
+    MLTorchCompat::reverse_comm(comm, this);
+
+    // per-replica sums: energies, virials, covered atoms, squared force residual
+    double local[16] = {0.0};
+    local[0] = e_part;
+    local[1] = e_ref_part;
+    for (int k = 0; k < 6; ++k) {
+      local[2 + k] = w_part[k];
+      local[8 + k] = w_ref_part[k];
+    }
+    for (int i = 0; i < nlocal; ++i) {
+      if (student->species_of_type(type[i]) < 0) continue;
+      local[14] += 1.0;
+      for (int k = 0; k < 3; ++k) {
+        const double r = fpart[i][k] - fref[i][k];
+        local[15] += r * r;
+      }
+    }
+    double sum[16];
+    MPI_Allreduce(local, sum, 16, MPI_DOUBLE, MPI_SUM, world);
+    natoms = sum[14];
+    if (natoms < 1.0)
+      error->all(FLERR, "Fix torch/finetune: no atom of a type the model covers; nothing to train on");
+    const auto t = loss_terms(w_energy, w_force, w_stress, sum[0], sum[1], sum + 2, sum + 8,
+                              sum[15], natoms);
+
+    // stage 2: residual weights on owners, copied to ghost images by LAMMPS
+    // forward communication, then the weighted backward pass on every rank
+    for (int i = 0; i < nlocal; ++i) {
+      const bool covered = student->species_of_type(type[i]) >= 0;
+      for (int k = 0; k < 3; ++k) resid[i][k] = covered ? t.cf * (fpart[i][k] - fref[i][k]) : 0.0;
+    }
+    MLTorchCompat::forward_comm(comm, this);
+    auto &weights = weight_buf;
+    weights.resize(3 * in.n_nodes);
+    for (int64_t n = 0; n < in.n_nodes; ++n)
+      for (int k = 0; k < 3; ++k) weights[3 * n + k] = resid[node2atom[n]][k];
+    try {
+      model.backward_train(weights, t.ce, t.cw);
+    } catch (std::exception &e) {
+      error->one(FLERR, "Fix torch/finetune on step {}: {}", update->ntimestep, e.what());
+    }
+    if (m > 0) continue;
+
+    loss = t.loss;
+    de = t.de;
+    se_w = t.se_w;
+    se_f = sum[15];
+    // the labels (tests and tools) and the per-atom residual of member 1
+    lab_energy = sum[1];
+    for (int k = 0; k < 6; ++k) lab_virial[k] = sum[8 + k];
+    lab_tags.assign(atom->tag, atom->tag + nlocal);
+    lab_forces.assign(&fref[0][0], &fref[0][0] + 3 * nlocal);
+    for (int i = 0; i < nlocal; ++i) {
+      double r2 = 0.0;
+      for (int k = 0; k < 3; ++k) r2 += (fpart[i][k] - fref[i][k]) * (fpart[i][k] - fref[i][k]);
+      resid_atom[i] = student->species_of_type(type[i]) >= 0 ? std::sqrt(r2) : 0.0;
+    }
+    if (replay_capacity > 0) store_replay(in, sum[1], sum + 8, natoms);
   }
-  commflag = COMM_RESIDUAL;
-  MLTorchCompat::forward_comm(comm, this);
-  auto &weights = weight_buf;
-  weights.resize(3 * in.n_nodes);
-  for (int64_t n = 0; n < in.n_nodes; ++n)
-    for (int k = 0; k < 3; ++k) weights[3 * n + k] = resid[node2atom[n]][k];
-  try {
-    model_->backward_train(weights, t.ce, t.cw);
-  } catch (std::exception &e) {
-    error->one(FLERR, "Fix torch/finetune on step {}: {}", update->ntimestep, e.what());
-  }
-  const double loss = t.loss, de = t.de, se_w = t.se_w, se_f = sum[15];
-  if (replay_capacity > 0) store_replay(in, sum[1], sum + 8, natoms);
 
   acc_loss += loss;
   acc_se_e += de * de;
@@ -840,7 +967,6 @@ void FixTorchFinetune::store_replay(const MLTorch::GraphInput &in, double e_ref,
     resid[node2atom[n]][0] = comm->me;
     resid[node2atom[n]][1] = static_cast<double>(n);
   }
-  commflag = COMM_RESIDUAL;
   MLTorchCompat::forward_comm(comm, this);
 
   std::vector<std::vector<int64_t>> by_owner(nprocs);
@@ -909,6 +1035,12 @@ void FixTorchFinetune::store_replay(const MLTorch::GraphInput &in, double e_ref,
 
 void FixTorchFinetune::train_replay(Replay &r)
 {
+  for (auto &member : members) train_replay(r, *member);
+  acc_ngrad += 1.0;
+}
+
+void FixTorchFinetune::train_replay(Replay &r, MLTorch::Model &model)
+{
   MLTorch::GraphInput in;
   in.n_nodes = r.n_nodes;
   in.n_local = r.n_local;
@@ -919,7 +1051,7 @@ void FixTorchFinetune::train_replay(Replay &r)
   double e_part = 0.0, w_part[6];
   std::vector<double> nf;
   try {
-    model_->forward_train(in, e_part, nf, w_part);
+    model.forward_train(in, e_part, nf, w_part);
   } catch (std::exception &e) {
     error->one(FLERR, "Fix torch/finetune replay on step {}: {}", update->ntimestep, e.what());
   }
@@ -962,25 +1094,21 @@ void FixTorchFinetune::train_replay(Replay &r)
   for (std::size_t g = 0; g < r.ghost_nodes.size(); ++g)
     for (int k = 0; k < 3; ++k) weights[3 * r.ghost_nodes[g] + k] = sendbuf[3 * g + k];
   try {
-    model_->backward_train(weights, t.ce, t.cw);
+    model.backward_train(weights, t.ce, t.cw);
   } catch (std::exception &e) {
     error->one(FLERR, "Fix torch/finetune replay on step {}: {}", update->ntimestep, e.what());
   }
-  acc_ngrad += 1.0;
 }
 
 /* ---------------------------------------------------------------------- */
 
 double FixTorchFinetune::learning_rate() const
 {
-  const double t = static_cast<double>(nupdates);
-  if (schedule == "exp") return opt->lr * std::pow(sched_a, t);
-  if (schedule == "step") return opt->lr * std::pow(sched_b, std::floor(t / sched_a));
-  if (schedule == "cosine") {
-    const double x = std::min(t / sched_a, 1.0);
-    return sched_b + 0.5 * (opt->lr - sched_b) * (1.0 + std::cos(MY_PI * x));
-  }
-  return opt->lr;
+  MLTorch::Schedule sch;
+  sch.kind = schedule;
+  sch.a = sched_a;
+  sch.b = sched_b;
+  return sch.lr(opt->lr, nupdates);
 }
 
 /* ----------------------------------------------------------------------
@@ -991,6 +1119,26 @@ double FixTorchFinetune::learning_rate() const
 
 void FixTorchFinetune::take_step()
 {
+  // uncertainty gating: replicas label independently. Where no replica
+  // labelled anything there is no update (nor replay): every rank of every
+  // replica learns that from one reduced count
+  if (gated) {
+    const double mine = (comm->me == 0) ? acc_n : 0.0;
+    double all = 0.0;
+    MPI_Allreduce(&mine, &all, 1, MPI_DOUBLE, MPI_SUM, universe->uworld);
+    if (all == 0.0) {
+      ++nempty;
+      if (log_every > 0 && (nempty - 1) % log_every == 0 && comm->me == 0)
+        utils::logmesg(lmp, "fix torch/finetune: step {} no update: no replica labelled a "
+                            "configuration since the last update ({} such updates so far)\n",
+                       update->ntimestep, nempty);
+      pending = 0;
+      stored_this_round = 0;
+      acc_loss = acc_se_e = acc_se_f = acc_nf = acc_se_w = acc_n = acc_ngrad = 0.0;
+      training->zero_grad();
+      return;
+    }
+  }
   // replayed configurations join the gradient: deterministic picks among
   // those stored before this round, the same on every rank of the replica
   const int eligible = static_cast<int>(replay.size()) - stored_this_round;
@@ -1005,7 +1153,7 @@ void FixTorchFinetune::take_step()
   }
   stored_this_round = 0;
 
-  std::vector<double> buf = model_->flat_gradient(true);
+  std::vector<double> buf = training->gradient();
   const std::size_t ngrad_size = buf.size();
   // statistics once per replica
   const bool world_root = comm->me == 0;
@@ -1022,7 +1170,7 @@ void FixTorchFinetune::take_step()
     MPI_Bcast(red.data() + off, n, MPI_DOUBLE, 0, universe->uworld);
   }
   time_reduce += platform::walltime() - t_reduce;
-  model_->zero_grad();
+  training->zero_grad();
 
   const double *st = red.data() + ngrad_size;
   const double nconf = st[5];    // fresh configurations: the statistics
@@ -1031,8 +1179,9 @@ void FixTorchFinetune::take_step()
   const double e_rmse = std::sqrt(st[1] / nconf);
   const double f_rmse = std::sqrt(st[2] / st[3]);
   const double w_rmse = std::sqrt(st[4] / nconf);
+  // the mean over the configurations of all replicas (weighted by counts)
   last_grad.assign(red.begin(), red.begin() + ngrad_size);
-  for (double &g : last_grad) g /= ngrad;
+  MLTorch::average_gradient(ngrad, last_grad.data(), static_cast<long>(last_grad.size()));
   bool finite = std::isfinite(loss);
   for (std::size_t k = 0; finite && k < ngrad_size; ++k) finite = std::isfinite(last_grad[k]);
 
@@ -1046,21 +1195,19 @@ void FixTorchFinetune::take_step()
     ++nskipped;
     action = "skipped (force error above max_force_error)";
   } else if (rollback_factor > 0.0 && loss_ema > 0.0 && loss > rollback_factor * loss_ema &&
-             !good_params.empty()) {
+             training->has_good()) {
     // the current parameters made the loss jump: return to the last good ones
-    model_->load_state_bytes(good_params);
-    trainer->load_state(good_optimizer);
+    training->restore_good();
     ++nrollbacks;
     loss_ema = loss;    // new baseline, so a real change of the data is learnt next time
     action = "rolled back to the last good parameters";
   } else {
     if (rollback_factor > 0.0) {
-      good_params = model_->state_bytes();
-      good_optimizer = trainer->state();
+      training->keep_good();
       loss_ema = (loss_ema < 0.0) ? loss : 0.9 * loss_ema + 0.1 * loss;
     }
     try {
-      gnorm = trainer->step(last_grad, lr, clip);
+      gnorm = training->step(last_grad, lr, clip)[0];
     } catch (std::exception &e) {
       error->one(FLERR, "Fix torch/finetune: optimizer step failed: {}", e.what());
     }
@@ -1083,9 +1230,13 @@ void FixTorchFinetune::take_step()
   if (log_every > 0 && (nevents % log_every == 0 || nevents == 1 || !finite) && comm->me == 0)
     utils::logmesg(lmp,
                    "fix torch/finetune: step {} {} {} loss {:.6g} E_rmse {:.6g} F_rmse {:.6g} "
-                   "W_rmse {:.6g} |grad| {:.6g} lr {:.6g} configs {} replayed {}\n",
+                   "W_rmse {:.6g} |grad| {:.6g} lr {:.6g} configs {} replayed {}{}\n",
                    update->ntimestep, action, nupdates, loss, e_rmse, f_rmse, w_rmse, gnorm, lr,
-                   static_cast<bigint>(nconf), static_cast<bigint>(ngrad - nconf));
+                   static_cast<bigint>(nconf), static_cast<bigint>(ngrad - nconf),
+                   gated ? fmt::format(" | this replica: teacher calls {}, saved {}, above the "
+                                       "window {}, empty updates {}",
+                                       ncalls, nknown, nabove, nempty)
+                         : std::string());
 
   acc_loss = acc_se_e = acc_se_f = acc_nf = acc_se_w = acc_n = acc_ngrad = 0.0;
   pending = 0;
@@ -1102,7 +1253,7 @@ void FixTorchFinetune::take_step()
 void FixTorchFinetune::checksum_guard()
 {
   std::string first, other;
-  const int r = MLTorchMPI::first_differing_rank(MLTorch::content_hash(model_->state_bytes()),
+  const int r = MLTorchMPI::first_differing_rank(MLTorch::content_hash(training->parameters()),
                                                  universe->uworld, first, other);
   ++nchecks;
   // the same gathered data on every rank: all of them stop here together
@@ -1124,23 +1275,43 @@ void FixTorchFinetune::save_model(const std::string &path)
   std::string message;
   bool ok = true;
   if (universe->me == 0) {
-    try {
-      const std::string prov =
-          fmt::format("{{\"parent_model\": \"{}\", \"parent_file_hash\": \"{}\", \"updates\": {}, "
-                      "\"step\": {}, \"teacher\": \"{}\"}}",
-                      model_path, model_hash, nupdates, update->ntimestep,
-                      teacher_style);
-      MLTorch::write_file_atomic(path, model_->file_bytes(prov));
-    } catch (std::exception &e) {
-      ok = false;
-      message = fmt::format("Fix torch/finetune: cannot save the model: {}", e.what());
+    for (std::size_t m = 0; ok && m < members.size(); ++m) {
+      try {
+        const std::string prov =
+            fmt::format("{{\"parent_model\": \"{}\", \"parent_file_hash\": \"{}\", \"updates\": {}, "
+                        "\"step\": {}, \"teacher\": \"{}\"}}",
+                        student->member_path(static_cast<int>(m)), member_hashes[m], nupdates,
+                        update->ntimestep, teacher_style);
+        MLTorch::write_file_atomic(member_file(path, static_cast<int>(m)),
+                                   members[m]->file_bytes(prov));
+      } catch (std::exception &e) {
+        ok = false;
+        message = fmt::format("Fix torch/finetune: cannot save the model: {}", e.what());
+      }
     }
   }
   // replicas wait for each other in reductions: an error on one of them
   // alone would leave the others hanging
   MLTorchMPI::stop_collectively(error, universe->uworld, ok, message);
   if (comm->me == 0 && log_every > 0)
-    utils::logmesg(lmp, "fix torch/finetune: saved model after {} updates to {}\n", nupdates, path);
+    utils::logmesg(lmp, "fix torch/finetune: saved {} after {} updates to {}{}\n",
+                   members.size() > 1 ? "the committee" : "the model", nupdates, path,
+                   members.size() > 1 ? fmt::format(" ... {}", member_file(path, static_cast<int>(members.size()) - 1)) : "");
+}
+
+/* ----------------------------------------------------------------------
+   the file of committee member m: the save file for the first, then
+   name.c1.pt, name.c2.pt ... (before the extension)
+------------------------------------------------------------------------- */
+
+std::string FixTorchFinetune::member_file(const std::string &path, int m)
+{
+  if (m == 0) return path;
+  const auto slash = path.find_last_of('/');
+  const auto dot = path.find_last_of('.');
+  const bool has_ext = dot != std::string::npos && (slash == std::string::npos || dot > slash);
+  const std::string tag = fmt::format(".c{}", m);
+  return has_ext ? path.substr(0, dot) + tag + path.substr(dot) : path + tag;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -1156,6 +1327,10 @@ double FixTorchFinetune::compute_vector(int i)
 {
   if (i == 11) return time_update;
   if (i == 12) return time_reduce;
+  if (i == 13) return static_cast<double>(ncalls);
+  if (i == 14) return static_cast<double>(nknown);
+  if (i == 15) return static_cast<double>(nabove);
+  if (i == 16) return last_devi;
   return vec[i];
 }
 
@@ -1175,16 +1350,22 @@ void FixTorchFinetune::write_restart(FILE *fp)
   std::string out;
   put(out, RESTART_VERSION);
   put_bytes(out, model_hash);
+  put(out, static_cast<int>(members.size()));
+  for (const auto &h : member_hashes) put_bytes(out, h);
+  put(out, ncalls);
+  put(out, nknown);
+  put(out, nabove);
+  put(out, nempty);
   put(out, nupdates);
   put(out, nskipped);
   put(out, nrollbacks);
   put(out, nconfigs);
   put(out, loss_ema);
   for (double v : vec) put(out, v);
-  put_bytes(out, model_->state_bytes());
-  put_bytes(out, trainer->state());
-  put_bytes(out, good_params);
-  put_bytes(out, good_optimizer);
+  put_bytes(out, training->parameters());
+  put_bytes(out, training->optimizer_state());
+  put_bytes(out, training->good_parameters());
+  put_bytes(out, training->good_optimizer_state());
   // a fix's global restart record has an int size: parameters, two Adam
   // moments and the rollback copies pass 2 GB near 90 M float32 parameters.
   // Every rank holds the same state, so all of them stop together.
@@ -1193,8 +1374,8 @@ void FixTorchFinetune::write_restart(FILE *fp)
                "Fix torch/finetune: its restart state ({:.2f} GB: parameters, optimizer state{}) "
                "exceeds the 2 GB a LAMMPS restart file holds per fix; keep the model with the "
                "'save' keyword instead of write_restart{}",
-               out.size() / 1e9, good_params.empty() ? "" : " and rollback copies",
-               good_params.empty() ? "" : ", or drop 'rollback' to halve the state");
+               out.size() / 1e9, training->has_good() ? " and rollback copies" : "",
+               training->has_good() ? ", or drop 'rollback' to halve the state" : "");
   if (comm->me != 0) return;
   const int n = static_cast<int>(out.size());
   fwrite(&n, sizeof(int), 1, fp);
@@ -1205,7 +1386,7 @@ void FixTorchFinetune::restart(char *buf)
 {
   const char *p = buf;
   const int version = get<int>(p);
-  if (version != RESTART_VERSION)
+  if (version != RESTART_VERSION && version != 1)
     error->all(FLERR, "Fix torch/finetune: restart data version {} is not the supported version {}",
                version, RESTART_VERSION);
   const std::string hash = get_bytes(p);
@@ -1215,6 +1396,21 @@ void FixTorchFinetune::restart(char *buf)
                "hash {}, but pair_coeff loaded {} (hash {}); load the same model file that the "
                "run which wrote the restart file started from",
                hash, model_path, model_hash);
+  std::vector<std::string> hashes{hash};
+  if (version >= 2) {
+    hashes.resize(get<int>(p));
+    for (auto &h : hashes) h = get_bytes(p);
+    ncalls = get<bigint>(p);
+    nknown = get<bigint>(p);
+    nabove = get<bigint>(p);
+    nempty = get<bigint>(p);
+  }
+  if (hashes != member_hashes)
+    error->all(FLERR,
+               "Fix torch/finetune: the restart file was written while training a committee of {} "
+               "model(s) ({}), but pair_coeff loaded {} ({}); load the same model files",
+               hashes.size(), MLTorchMPI::join_words(hashes), member_hashes.size(),
+               MLTorchMPI::join_words(member_hashes));
   nupdates = get<bigint>(p);
   nskipped = get<bigint>(p);
   nrollbacks = get<bigint>(p);
@@ -1223,11 +1419,12 @@ void FixTorchFinetune::restart(char *buf)
   for (double &v : vec) v = get<double>(p);
   const std::string params = get_bytes(p);
   const std::string optim = get_bytes(p);
-  good_params = get_bytes(p);
-  good_optimizer = get_bytes(p);
+  const std::string good = get_bytes(p);
+  const std::string good_opt = get_bytes(p);
   try {
-    model_->load_state_bytes(params);
-    trainer->load_state(optim);
+    training->load_parameters(params);
+    training->load_optimizer_state(optim);
+    training->load_good(good, good_opt);
   } catch (std::exception &e) {
     error->all(FLERR, "Fix torch/finetune: cannot restore the training state: {}", e.what());
   }
@@ -1267,7 +1464,7 @@ void FixTorchFinetune::unpack_forward_comm(int n, int first, double *buf)
 
 int FixTorchFinetune::pack_reverse_comm(int n, int first, double *buf)
 {
-  double **a = (commflag == COMM_NEW) ? resid : fpart;
+  double **a = reverse_target;
   int m = 0;
   for (int i = first; i < first + n; ++i) {
     buf[m++] = a[i][0];
@@ -1279,7 +1476,7 @@ int FixTorchFinetune::pack_reverse_comm(int n, int first, double *buf)
 
 void FixTorchFinetune::unpack_reverse_comm(int n, int *list, double *buf)
 {
-  double **a = (commflag == COMM_NEW) ? resid : fpart;
+  double **a = reverse_target;
   int m = 0;
   for (int i = 0; i < n; ++i) {
     const int j = list[i];
@@ -1293,9 +1490,10 @@ void FixTorchFinetune::unpack_reverse_comm(int n, int *list, double *buf)
 
 double FixTorchFinetune::memory_usage()
 {
-  double bytes = 4.0 * 3.0 * nmax * sizeof(double);
+  double bytes = 5.0 * 3.0 * nmax * sizeof(double);
   bytes += replay_bytes();
-  bytes += (double) (good_params.size() + good_optimizer.size());
+  bytes += (double) (training->good_parameters().size() + training->good_optimizer_state().size());
+  bytes += (double) atom->nmax * sizeof(double);
   return bytes;
 }
 
@@ -1304,4 +1502,39 @@ double FixTorchFinetune::replay_bytes() const
   double b = 0.0;
   for (const auto &r : replay) b += r->bytes();
   return b;
+}
+
+/* ----------------------------------------------------------------------
+   per-atom |F - F_ref| (the fix's per-atom vector): grown with the atom
+   arrays and carried along when atoms migrate
+------------------------------------------------------------------------- */
+
+void FixTorchFinetune::grow_arrays(int n)
+{
+  memory->grow(resid_atom, n, "torch/finetune:resid_atom");
+  vector_atom = resid_atom;
+}
+
+void FixTorchFinetune::copy_arrays(int i, int j, int /*delflag*/)
+{
+  resid_atom[j] = resid_atom[i];
+}
+
+int FixTorchFinetune::pack_exchange(int i, double *buf)
+{
+  buf[0] = resid_atom[i];
+  return 1;
+}
+
+int FixTorchFinetune::unpack_exchange(int nlocal, double *buf)
+{
+  resid_atom[nlocal] = buf[0];
+  return 1;
+}
+
+/* ---------------------------------------------------------------------- */
+
+MLTorch::Model *FixTorchFinetune::member(int m)
+{
+  return members[m].get();
 }

@@ -24,8 +24,9 @@ FixStyle(torch/finetune,FixTorchFinetune);
 
 namespace MLTorch {
 struct GraphInput;
+struct GraphOutput;
 class Model;
-class Trainer;
+class TrainingState;
 struct OptimizerSettings;
 }    // namespace MLTorch
 
@@ -50,6 +51,12 @@ class FixTorchFinetune : public Fix {
   void restart(char *) override;
   double memory_usage() override;
 
+  // per-atom |F - F_ref| of the last labelled configuration, following the atoms
+  void grow_arrays(int) override;
+  void copy_arrays(int, int, int) override;
+  int pack_exchange(int, double *) override;
+  int unpack_exchange(int, double *) override;
+
   int pack_forward_comm(int, int *, double *, int, int *) override;
   void unpack_forward_comm(int, int, double *) override;
   int pack_reverse_comm(int, int, double *) override;
@@ -61,6 +68,14 @@ class FixTorchFinetune : public Fix {
   bigint updates() const { return nupdates; }
   bigint checksums_compared() const { return nchecks; }
   MLTorch::Model *model() { return model_.get(); }
+  MLTorch::Model *member(int m);
+  int member_count() const { return static_cast<int>(members.size()); }
+  // the teacher's labels of the last labelled configuration: forces on this
+  // rank's atoms (tags and [n][3] forces), energy and virial of the world
+  const std::vector<tagint> &label_tags() const { return lab_tags; }
+  const std::vector<double> &label_forces() const { return lab_forces; }
+  double label_energy() const { return lab_energy; }
+  const double *label_virial() const { return lab_virial; }
   int replay_size() const { return static_cast<int>(replay.size()); }
   double replay_bytes() const;
 
@@ -90,7 +105,11 @@ class FixTorchFinetune : public Fix {
   // the fix (restart files, saves) whatever happens to the pair style
   std::shared_ptr<MLTorch::Model> model_;
   std::string model_path, model_hash;    // of the student's model file
-  std::unique_ptr<MLTorch::Trainer> trainer;
+  // the trained models (the pair style's committee, or its one model), an
+  // optimizer each, the rollback copies: the LAMMPS-independent core
+  std::unique_ptr<MLTorch::TrainingState> training;
+  std::vector<std::shared_ptr<MLTorch::Model>> members;
+  std::vector<std::string> member_hashes;
   class Pair *teacher;
   // in a pair_style hybrid run: the sub-styles other than the model, whose
   // share the fix removes from the teacher's labels of the whole system
@@ -99,7 +118,12 @@ class FixTorchFinetune : public Fix {
   int pending;    // configurations accumulated since the last update
   bigint nupdates, nskipped, nrollbacks, nchecks, nconfigs;
   double loss_ema;
-  std::string good_params, good_optimizer;    // last parameters with an acceptable loss
+  // uncertainty gating: label only configurations whose committee force
+  // deviation (max over atoms) lies in [gate_low, gate_high)
+  bool gated = false;
+  double gate_low = 0.0, gate_high = 0.0;
+  bigint ncalls = 0, nknown = 0, nabove = 0, nempty = 0;    // this replica's checks; empty updates
+  double last_devi = 0.0;
 
   // statistics of the configurations accumulated since the last update,
   // this replica only (identical on its ranks)
@@ -118,7 +142,12 @@ class FixTorchFinetune : public Fix {
   double **resid;    // force-loss weights on owners -> ghost copies (forward comm)
   double **fref;     // teacher forces on owners
   double **fsave;    // the MD forces, kept while the teacher runs
-  int commflag;
+  double *resid_atom;    // per atom |F - F_ref| of the last labelled configuration (member 1)
+  std::vector<tagint> lab_tags;
+  std::vector<double> lab_forces;
+  double lab_energy = 0.0, lab_virial[6] = {0, 0, 0, 0, 0, 0};
+  double **fmd;      // the MD model's forces before an update (when not in fpart)
+  double **reverse_target;    // the array reverse comm sums into
   std::vector<double> node_buf, weight_buf;    // per-node forces and weights, reused
 
   // --- replay buffer: this rank's share of past labelled configurations ---
@@ -131,17 +160,21 @@ class FixTorchFinetune : public Fix {
   void parse_teacher();
   void setup_trainable();
   void check_replicas_consistent(bool broadcast);
-  void grow_arrays();
+  void grow_work();
   void teacher_labels(double &e_ref, double *w_ref);
   void train_current(const MLTorch::GraphInput &in);
+  bool gate_says_label();
   void train_replay(Replay &r);
+  void train_replay(Replay &r, MLTorch::Model &model);
   void store_replay(const MLTorch::GraphInput &in, double e_ref, const double *w_ref,
                     double natoms);
   void take_step();
-  void refresh_forces(const MLTorch::GraphInput &in);
+  void refresh_forces(const MLTorch::GraphInput &in, double **before);
+  void md_forces(const MLTorch::GraphInput &in, double **dst, const MLTorch::GraphOutput *given);
   double learning_rate() const;
   void checksum_guard();
   void save_model(const std::string &path);
+  static std::string member_file(const std::string &path, int m);
 };
 
 }    // namespace LAMMPS_NS

@@ -311,7 +311,7 @@ void PairTorch::init_style()
 
   // pair_style hybrid takes its ghost-neighbor flag from its sub-styles when
   // it is defined, before pair_coeff tells us the model's depth
-  if (nlayers > 1 && force->pair != this)
+  if (nlayers > 1 && force->pair != this && !private_instance)
     error->all(FLERR,
                "Pair style torch: message-passing model {} ({} layers) cannot be a pair_style "
                "hybrid sub-style; use it as the only pair style",
@@ -502,6 +502,8 @@ void PairTorch::compute(int eflag, int vflag)
   ++ncompute;
   const double t_model = platform::walltime();
   evaluate_md(in, *output);
+  stamp_output = ncompute;
+  if (committee_mean) stamp_members = ncompute;    // member_out holds this graph's outputs
   time_model += platform::walltime() - t_model;
   check_finite();
 
@@ -560,7 +562,6 @@ void PairTorch::evaluate_md(const MLTorch::GraphInput &in, MLTorch::GraphOutput 
     if (!committee_mean || nm == 1) {
       // node energies always come back (O(N) copy): they locate non-finite output
       model_->evaluate(in, out, true);
-      stamp_output = ncompute;
       return;
     }
     member_out.resize(nm);
@@ -568,7 +569,6 @@ void PairTorch::evaluate_md(const MLTorch::GraphInput &in, MLTorch::GraphOutput 
   } catch (std::exception &e) {
     error->one(FLERR, "Pair style torch on step {}: {}", update->ntimestep, e.what());
   }
-  stamp_members = ncompute;
   const double w = 1.0 / nm;
   out.energy = 0.0;
   out.edge_grad.assign(member_out[0].edge_grad.size(), 0.0);
@@ -606,7 +606,7 @@ const PairTorch::Deviation &PairTorch::committee_deviation()
     member_out.resize(nm);
     try {
       for (int m = 0; m < nm; ++m)
-        if (m == 0 && stamp_output == ncompute && ncompute > 0)
+        if (m == 0 && !committee_mean && stamp_output == ncompute && ncompute > 0)
           member_out[0] = *output;    // this force call's member-0 output
         else
           members[m]->evaluate(in, member_out[m], true);

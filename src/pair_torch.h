@@ -73,9 +73,17 @@ class PairTorch : public Pair {
   const Deviation &committee_deviation();
   // the parameters of some member changed (fix torch/finetune): forget the
   // deviation and the member outputs of the last force call
-  void committee_changed() { stamp_members = stamp_deviation = -1; }
+  void committee_changed() { stamp_members = stamp_deviation = stamp_output = -1; }
   // the MD force model on a graph: member 0, or the mean of all members
   void evaluate_md(const MLTorch::GraphInput &in, MLTorch::GraphOutput &out);
+  // the MD model's output of the last force call, if still valid (nullptr
+  // after a parameter change, and for variants that keep it elsewhere)
+  virtual const MLTorch::GraphOutput *md_output() const
+  {
+    return stamp_output == ncompute ? output.get() : nullptr;
+  }
+  // a private instance (a fix's teacher): not the pair style of the run
+  void set_private_instance() { private_instance = true; }
   // for fix torch/finetune: the graph of the current step, built from the
   // current neighbor list exactly as compute() builds it; graph_atoms()
   // maps its nodes to local/ghost atom indices
@@ -114,6 +122,7 @@ class PairTorch : public Pair {
   std::vector<std::shared_ptr<MLTorch::Model>> members;    // members[0] == model_
   std::vector<std::string> member_files, member_hashes;
   bool committee_mean = false;
+  bool private_instance = false;
   // per-member outputs of the last graph (committee mean, or a deviation)
   std::vector<MLTorch::GraphOutput> member_out;
   std::vector<double> member_force;    // [nall][3 x members], reverse-communicated

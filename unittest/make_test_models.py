@@ -135,19 +135,20 @@ def main(out):
            model_type="LJ, NaN forces around Xe", check=False, cutoff=8.5, elements=["Ar", "Xe"],
            units="metal")
 
-    # a second message-passing Si model for committee tests: si_mp2 with
-    # every parameter scaled by (1 + 0.05 N(0,1)), fixed seed
+    # second members for committee tests: si_mp2 and si_local with every
+    # parameter scaled by (1 + 0.05 N(0,1)), fixed seed
     from mltorch.compiled import rebuild  # noqa: E402
-    module, mp2 = rebuild(os.path.join(here, "..", "potentials", "si_mp2.pt"))
-    gen = torch.Generator().manual_seed(2026)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.mul_(1.0 + 0.05 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
-    export(module, os.path.join(out, "si_mp2_perturbed.pt"), cutoff=mp2["cutoff"],
-           elements=mp2["elements"], units=mp2["units"], dtype=mp2["dtype"],
-           num_interaction_layers=mp2["num_interaction_layers"],
-           model_type="si_mp2 with perturbed parameters (committee tests)",
-           architecture=mp2["architecture"]["kwargs"])
+    for name in ["si_mp2", "si_local"]:
+        module, meta = rebuild(os.path.join(here, "..", "potentials", name + ".pt"))
+        gen = torch.Generator().manual_seed(2026)
+        with torch.no_grad():
+            for p in module.parameters():
+                p.mul_(1.0 + 0.05 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+        export(module, os.path.join(out, name + "_perturbed.pt"), cutoff=meta["cutoff"],
+               elements=meta["elements"], units=meta["units"], dtype=meta["dtype"],
+               num_interaction_layers=meta["num_interaction_layers"],
+               model_type=name + " with perturbed parameters (committee tests)",
+               architecture=meta["architecture"]["kwargs"])
 
     scripted = torch.jit.script(NonFinite())
     torch.jit.save(scripted, os.path.join(out, "no_metadata.pt"))

@@ -11,6 +11,7 @@
    per rank (-partition Nx1).
 ------------------------------------------------------------------------- */
 
+#include "atom.h"
 #include "fix_torch_finetune.h"
 #include "force.h"
 #include "input.h"
@@ -42,6 +43,7 @@ using LAMMPS_NS::LAMMPS;
 static const std::string potentials = ML_TORCH_POTENTIALS_DIR;
 static const std::string lammps_potentials = ML_TORCH_LAMMPS_POTENTIALS_DIR;
 static const std::string student = ML_TORCH_EXAMPLES_DIR "/finetune/si_student.pt";
+static const std::string test_models = ML_TORCH_TEST_MODELS_DIR;
 static int me = 0, nprocs = 1;
 static bool verbose = false;
 
@@ -628,14 +630,15 @@ TEST(Learn, CompiledStudentRunsUpdatedParameters)
    5. 200 steps == 100 steps + write_restart + read_restart + 100 steps
 ------------------------------------------------------------------------- */
 
-static std::string restart_fix()
+static std::string restart_fix(const std::string &extra = "")
 {
   return "fix ft all torch/finetune 2 " + teacher() +
       " weights 1.0 10.0 0.1 lr 1e-3 optimizer adamw weight_decay 1e-4 schedule exp 0.99 clip 10 "
-      "rollback 50 log 0";
+      "rollback 50 log 0" + extra;
 }
 
-static void restart_continues_exactly(const std::string &model_file)
+static void restart_continues_exactly(const std::string &model_file, const std::string &extra = "",
+                                      int min_updates = 45)
 {
   const std::string file = ::testing::TempDir() + "/finetune.restart";
   std::vector<std::string> setup = silicon(2, 99, "ortho");
@@ -643,34 +646,53 @@ static void restart_continues_exactly(const std::string &model_file)
 
   Lammps a(MPI_COMM_SELF);
   a.cmds(setup);
-  a.cmds({"pair_style torch", "pair_coeff * * " + model_file + " Si", restart_fix(), "fix md all nve",
-          "run 200 post no"});
+  a.cmds({"pair_style torch", "pair_coeff * * " + model_file + " Si", restart_fix(extra),
+          "fix md all nve", "run 200 post no"});
   const auto pa = a.params();
+  const std::string all_a = a.fix()->member(a.fix()->member_count() - 1)->state_bytes();
   const double pe_a = a.thermo("pe"), ke_a = a.thermo("ke");
   const auto updates_a = a.fix()->updates();
   std::vector<double> va;
-  for (int k = 0; k < 11; ++k) va.push_back(a.fix()->compute_vector(k));
+  for (int k = 0; k < 17; ++k)
+    if (k != 11 && k != 12) va.push_back(a.fix()->compute_vector(k));
 
   decltype(a.fix()->updates()) updates_b1 = 0;
   {
     Lammps b1(MPI_COMM_SELF);
     b1.cmds(setup);
-    b1.cmds({"pair_style torch", "pair_coeff * * " + model_file + " Si", restart_fix(),
+    b1.cmds({"pair_style torch", "pair_coeff * * " + model_file + " Si", restart_fix(extra),
              "fix md all nve", "run 100 post no", "write_restart " + file});
     updates_b1 = b1.fix()->updates();
   }
   // one update every 2 steps, less any the fix skipped (a spike or rollback)
-  EXPECT_GE(updates_b1, 45);
+  EXPECT_GE(updates_b1, min_updates);
   EXPECT_LE(updates_b1, 50);
   Lammps b2(MPI_COMM_SELF);
   b2.cmds({"read_restart " + file, "pair_style torch", "pair_coeff * * " + model_file + " Si",
-           restart_fix(), "fix md all nve"});
+           restart_fix(extra), "fix md all nve"});
   EXPECT_EQ(b2.fix()->updates(), updates_b1);
   b2.cmd("run 100 post no");
   const auto pb = b2.params();
   std::vector<double> vb;
-  for (int k = 0; k < 11; ++k) vb.push_back(b2.fix()->compute_vector(k));
+  for (int k = 0; k < 17; ++k)
+    if (k != 11 && k != 12) vb.push_back(b2.fix()->compute_vector(k));
+  // the last committee member too (the same as the first for one model)
+  const auto as_doubles = [](const std::string &bytes) {
+    std::vector<double> v(bytes.size() / sizeof(double));
+    std::memcpy(v.data(), bytes.data(), v.size() * sizeof(double));
+    return v;
+  };
+  const auto last_a = as_doubles(all_a);
+  const auto last_b = as_doubles(b2.fix()->member(b2.fix()->member_count() - 1)->state_bytes());
+  EXPECT_LE(max_diff(last_a, last_b) / max_abs(last_a), 1e-10);
 
+  if (extra.find("uncertainty") != std::string::npos) {
+    // the gate both labelled and saved teacher calls (outputs 14 and 15)
+    std::printf("[ restart ] gated: %g teacher calls made, %g saved\n", b2.fix()->compute_vector(13),
+                b2.fix()->compute_vector(14));
+    EXPECT_GT(b2.fix()->compute_vector(13), 10.0);
+    EXPECT_GT(b2.fix()->compute_vector(14), 10.0);
+  }
   const double dp = max_diff(pa, pb) / max_abs(pa);
   std::printf("[ restart ] parameters %.3g (max relative), pe %.12g vs %.12g, loss %.10g vs %.10g\n",
               dp, pe_a, b2.thermo("pe"), va[0], vb[0]);
@@ -678,7 +700,8 @@ static void restart_continues_exactly(const std::string &model_file)
   EXPECT_LE(dp, 1e-10);
   EXPECT_NEAR(b2.thermo("pe"), pe_a, 1e-10 * std::fabs(pe_a));
   EXPECT_NEAR(b2.thermo("ke"), ke_a, 1e-9 * std::fabs(ke_a));
-  for (int k = 0; k < 11; ++k) EXPECT_NEAR(vb[k], va[k], 1e-8 * std::fabs(va[k]) + 1e-14) << k;
+  for (std::size_t k = 0; k < va.size(); ++k)
+    EXPECT_NEAR(vb[k], va[k], 1e-8 * std::fabs(va[k]) + 1e-14) << k;
   std::remove(file.c_str());
 }
 
@@ -694,6 +717,15 @@ TEST(Restart, CompiledStudentContinuesExactly)
 {
   if (nprocs > 1) GTEST_SKIP() << "runs on one rank";
   restart_continues_exactly(potentials + "/si_local.pt2");
+}
+
+// a committee with uncertainty-gated labels: every member's parameters and
+// optimizer state and the gating counters survive the restart
+TEST(Restart, GatedCommitteeContinuesExactly)
+{
+  if (nprocs > 1) GTEST_SKIP() << "runs on one rank";
+  restart_continues_exactly(potentials + "/si_local.pt " + test_models + "/si_local_perturbed.pt",
+                            " uncertainty 0.08 1e6", 0);
 }
 
 /* ----------------------------------------------------------------------
@@ -1068,4 +1100,160 @@ TEST(ReplicaErrors, ExtraRunInOnePartitionStopsWithError)
 int main(int argc, char **argv)
 {
   return mpi_test_main(argc, argv, me, nprocs, verbose);
+}
+
+/* ----------------------------------------------------------------------
+   uncertainty-gated labelling across replicas: each replica labels its
+   configuration only when the committee is unsure of it (a perfect
+   crystal, where every member's forces vanish by symmetry, is never
+   labelled). With uneven label counts per replica, the update's gradient
+   is the mean over the labelled configurations (weighted by counts, not
+   by replicas) and equals one process accumulating the same
+   configurations; an update round with no label anywhere changes nothing
+------------------------------------------------------------------------- */
+
+static std::string committee_files()
+{
+  return potentials + "/si_local.pt " + test_models + "/si_local_perturbed.pt";
+}
+
+static std::string gated_fix(int accumulate, bool gated)
+{
+  return "fix ft all torch/finetune 1 " + teacher() +
+      " weights 1.0 10.0 0.5 optimizer sgd lr 1e-3 log 0 check 1 accumulate " +
+      std::to_string(accumulate) + (gated ? " uncertainty 1e-6 1e6" : "");
+}
+
+// a perfect crystal (seed 0) or one displaced with this seed
+static void configuration(Lammps &l, int seed)
+{
+  l.cmd("delete_atoms group all");
+  l.cmd("create_atoms 1 box");
+  if (seed > 0)
+    l.cmd("displace_atoms all random 0.12 0.12 0.12 " + std::to_string(seed) + " units box");
+}
+
+TEST(Gated, UnevenReplicasEqualOneProcess)
+{
+  if (nprocs < 2) GTEST_SKIP() << "needs >= 2 MPI ranks";
+  // which of the 3 checks of the update each replica labels: 1, 3, 0, 1 labels
+  const int plan[4][3] = {{1, 0, 0}, {1, 1, 1}, {0, 0, 0}, {0, 1, 0}};
+  auto seed_of = [](int w, int k) { return 700 + 10 * w + k; };
+  int world = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world);    // one rank per partition
+  std::vector<double> initial, gated_grad, after_empty, before_empty;
+  std::string hash;
+  {
+    Lammps l(MPI_COMM_WORLD, partitions());
+    l.cmds(silicon(2, 1, "ortho"));
+    l.cmd("pair_style torch");
+    l.cmd("pair_coeff * * " + committee_files() + " Si");
+    l.cmd(gated_fix(3, true));
+    initial = l.params();
+    for (int k = 0; k < 3; ++k) {
+      configuration(l, plan[world % 4][k] ? seed_of(world % 4, k) : 0);
+      l.cmd("run 1 post no");
+    }
+    EXPECT_EQ(l.fix()->updates(), 1);
+    gated_grad = l.fix()->last_gradient();
+    EXPECT_EQ(l.fix()->compute_vector(13), plan[world % 4][0] + plan[world % 4][1] + plan[world % 4][2]);
+
+    // a round where no replica labels: no update, parameters bitwise unchanged
+    before_empty = l.params();
+    for (int k = 0; k < 3; ++k) {
+      configuration(l, 0);
+      l.cmd("run 1 post no");
+    }
+    EXPECT_EQ(l.fix()->updates(), 1);
+    after_empty = l.params();
+    EXPECT_EQ(std::memcmp(before_empty.data(), after_empty.data(),
+                          before_empty.size() * sizeof(double)), 0);
+    // identical parameters of both members on every rank of every replica
+    hash = MLTorch::content_hash(l.fix()->model()->state_bytes() +
+                                 l.fix()->member(1)->state_bytes());
+  }
+  std::vector<char> all(17 * nprocs);
+  MPI_Allgather(hash.c_str(), 17, MPI_CHAR, all.data(), 17, MPI_CHAR, MPI_COMM_WORLD);
+  for (int r = 0; r < nprocs; ++r) EXPECT_EQ(std::string(all.data() + 17 * r), hash) << "rank " << r;
+  if (me != 0) return;
+
+  // one process, no gating, accumulating exactly the labelled configurations
+  int nlabels = 0;
+  for (int w = 0; w < nprocs; ++w)
+    for (int k = 0; k < 3; ++k) nlabels += plan[w % 4][k];
+  Lammps ref(MPI_COMM_SELF);
+  ref.cmds(silicon(2, 1, "ortho"));
+  ref.cmd("pair_style torch");
+  ref.cmd("pair_coeff * * " + committee_files() + " Si");
+  ref.cmd(gated_fix(nlabels, false));
+  for (int w = 0; w < nprocs; ++w)
+    for (int k = 0; k < 3; ++k)
+      if (plan[w % 4][k]) {
+        configuration(ref, seed_of(w % 4, k));
+        ref.cmd("run 1 post no");
+      }
+  EXPECT_EQ(ref.fix()->updates(), 1);
+  const auto &g_ref = ref.fix()->last_gradient();
+  ASSERT_EQ(g_ref.size(), gated_grad.size());
+  // both members' gradients, concatenated
+  ASSERT_EQ(g_ref.size(), static_cast<std::size_t>(2 * ref.fix()->model()->num_trainable()));
+  const double dev = max_diff(gated_grad, g_ref) / max_abs(g_ref);
+  std::printf("[ gated ] %d replicas labelled %d configurations unevenly: gradient vs one process "
+              "%.3g (max relative), |g|max %.4g\n",
+              nprocs, nlabels, dev, max_abs(g_ref));
+  EXPECT_GT(max_abs(g_ref), 1e-3);
+  EXPECT_LE(dev, 1e-12);
+}
+
+/* ----------------------------------------------------------------------
+   a message-passing teacher (ghost-atom neighbor lists): its labels equal
+   the same model run as the MD pair style, on 1-4 ranks
+------------------------------------------------------------------------- */
+
+TEST(TeacherLabels, MessagePassingTeacherEqualsPairStyle)
+{
+  Lammps l;
+  l.cmds(silicon(2, 4242, "ortho"));
+  l.cmds({"pair_style torch", "pair_coeff * * " + potentials + "/si_local.pt Si",
+          "fix ft all torch/finetune 1 teacher torch \"* * " + potentials +
+              "/si_mp2.pt Si\" log 0",
+          "run 1 post no"});
+  const auto tags = l.fix()->label_tags();
+  const auto forces = l.fix()->label_forces();
+  const double e_label = l.fix()->label_energy();
+  std::vector<double> w_label(l.fix()->label_virial(), l.fix()->label_virial() + 6);
+  ASSERT_EQ(forces.size(), 3 * tags.size());
+
+  // the teacher's model as the MD pair style on the same atoms
+  l.cmds({"unfix ft", "pair_style torch", "pair_coeff * * " + potentials + "/si_mp2.pt Si",
+          "run 0 post no"});
+  auto *atom = l.lmp->atom;
+  double dmax = 0.0, fmax = 0.0;
+  for (std::size_t n = 0; n < tags.size(); ++n) {
+    const int i = atom->map(tags[n]);
+    ASSERT_GE(i, 0);
+    ASSERT_LT(i, atom->nlocal);
+    for (int k = 0; k < 3; ++k) {
+      dmax = std::max(dmax, std::fabs(atom->f[i][k] - forces[3 * n + k]));
+      fmax = std::max(fmax, std::fabs(atom->f[i][k]));
+    }
+  }
+  double red[2] = {dmax, fmax}, gred[2];
+  MPI_Allreduce(red, gred, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  double e_md = 0.0, w_md[6];
+  MPI_Allreduce(&l.lmp->force->pair->eng_vdwl, &e_md, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(l.lmp->force->pair->virial, w_md, 6, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  double dw = 0.0, wmax = 0.0;
+  for (int k = 0; k < 6; ++k) {
+    dw = std::max(dw, std::fabs(w_md[k] - w_label[k]));
+    wmax = std::max(wmax, std::fabs(w_md[k]));
+  }
+  if (me == 0)
+    std::printf("[ teacher ] si_mp2 as teacher vs as pair style on %d rank(s): forces %.3g, "
+                "energy %.3g, virial %.3g (relative)\n",
+                nprocs, gred[0] / gred[1], std::fabs(e_md - e_label) / std::fabs(e_md), dw / wmax);
+  EXPECT_GT(gred[1], 0.1);
+  EXPECT_LE(gred[0] / gred[1], 1e-12);
+  EXPECT_LE(std::fabs(e_md - e_label), 1e-12 * std::fabs(e_md));
+  EXPECT_LE(dw, 1e-12 * wmax);
 }
