@@ -150,6 +150,14 @@ def main(out):
                model_type=name + " with perturbed parameters (committee tests)",
                architecture=meta["architecture"]["kwargs"])
 
+    # a trainable local Si model with a shorter cutoff than si_mp2's (3.5 vs
+    # 4.0), for the teacher-cutoff error tests; random weights, fixed seed
+    from mltorch.models import LocalMBNet  # noqa: E402
+    torch.manual_seed(35)
+    export(LocalMBNet(cutoff=3.5, n_species=1).double(), os.path.join(out, "si_short_cutoff.pt"),
+           cutoff=3.5, elements=["Si"], units="metal", model_type="untrained LocalMBNet, cutoff 3.5",
+           architecture={"cutoff": 3.5, "n_species": 1})
+
     scripted = torch.jit.script(NonFinite())
     torch.jit.save(scripted, os.path.join(out, "no_metadata.pt"))
     bad = {"format_version": 99, "cutoff": 5.0, "elements": ["Ar"],

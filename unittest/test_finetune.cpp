@@ -44,6 +44,12 @@ static const std::string potentials = ML_TORCH_POTENTIALS_DIR;
 static const std::string lammps_potentials = ML_TORCH_LAMMPS_POTENTIALS_DIR;
 static const std::string student = ML_TORCH_EXAMPLES_DIR "/finetune/si_student.pt";
 static const std::string test_models = ML_TORCH_TEST_MODELS_DIR;
+
+// a committee of two Si models (si_local and a perturbed copy)
+static std::string committee_files()
+{
+  return potentials + "/si_local.pt " + test_models + "/si_local_perturbed.pt";
+}
 static int me = 0, nprocs = 1;
 static bool verbose = false;
 
@@ -851,6 +857,45 @@ TEST_F(FinetuneErrors, TeacherCutoffNeedsMoreGhosts)
                "fix ft all torch/finetune 1 teacher \"lj/cut 10.0\" \"* * 0.01 2.0\"", "run 1");
 }
 
+TEST_F(FinetuneErrors, GhostListTeacherWithLongerCutoff)
+{
+  if (me != 0) GTEST_SKIP();
+  base(test_models + "/si_short_cutoff.pt");
+  EXPECT_ERROR("needs neighbors of ghost atoms and has cutoff 4, longer than the model's 3.5",
+               "fix ft all torch/finetune 1 teacher torch \"* * " + potentials + "/si_mp2.pt Si\"",
+               "run 1");
+}
+
+TEST_F(FinetuneErrors, UncertaintyNeedsACommittee)
+{
+  if (me != 0) GTEST_SKIP();
+  base();
+  EXPECT_ERROR("uncertainty needs a committee: list 2 or more model files in pair_coeff",
+               "fix ft all torch/finetune 1 " + teacher() + " uncertainty 0.1 1.0");
+}
+
+TEST_F(FinetuneErrors, UncertaintyWindow)
+{
+  if (me != 0) GTEST_SKIP();
+  base(committee_files());
+  EXPECT_ERROR("uncertainty 0.5 0.1: need 0 <= low < high",
+               "fix ft all torch/finetune 1 " + teacher() + " uncertainty 0.5 0.1");
+}
+
+TEST_F(FinetuneErrors, RestartWithOtherCommittee)
+{
+  if (me != 0) GTEST_SKIP();
+  const std::string file = ::testing::TempDir() + "/committee.restart";
+  base(committee_files());
+  l->cmds({"fix ft all torch/finetune 1 " + teacher() + " log 0", "run 1 post no",
+           "write_restart " + file});
+  l = std::make_unique<Lammps>(MPI_COMM_SELF);
+  EXPECT_ERROR("was written while training a committee of 2 model(s)", "read_restart " + file,
+               "pair_style torch", "pair_coeff * * " + potentials + "/si_local.pt Si",
+               "fix ft all torch/finetune 1 " + teacher() + " log 0");
+  std::remove(file.c_str());
+}
+
 TEST_F(FinetuneErrors, TeacherCutoffWithCommModifyWorks)
 {
   if (me != 0) GTEST_SKIP();
@@ -1111,11 +1156,6 @@ int main(int argc, char **argv)
    by replicas) and equals one process accumulating the same
    configurations; an update round with no label anywhere changes nothing
 ------------------------------------------------------------------------- */
-
-static std::string committee_files()
-{
-  return potentials + "/si_local.pt " + test_models + "/si_local_perturbed.pt";
-}
 
 static std::string gated_fix(int accumulate, bool gated)
 {

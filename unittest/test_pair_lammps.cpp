@@ -22,6 +22,7 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -577,6 +578,11 @@ struct CommitteeCase {
   std::vector<std::string> files;
   int layers;
 };
+
+static void PrintTo(const CommitteeCase &c, std::ostream *os)
+{
+  *os << c.name;
+}
 
 class Committee : public ::testing::TestWithParam<CommitteeCase> {};
 
