@@ -3,7 +3,9 @@
    virial against central finite differences, invariances, float32 exports.
 ------------------------------------------------------------------------- */
 
+#include "committee.h"
 #include "model.h"
+#include "training.h"
 #include "reference_graph.h"
 
 #include <caffe2/serialize/inline_container.h>
@@ -679,4 +681,80 @@ TEST(LoadErrors, EmptyFile)
   } catch (MLTorch::ModelError &e) {
     EXPECT_NE(std::string(e.what()).find("empty.pt is empty (0 bytes)"), std::string::npos) << e.what();
   }
+}
+
+/* ----------------------------------------------------------------------
+   committee statistics and the trained state, without LAMMPS
+------------------------------------------------------------------------- */
+
+TEST(Committee, AtomDeviationIsThePopulationStd)
+{
+  // three members: forces (1,0,0), (3,0,0), (2,3,0); energies 1, 2, 6
+  const double f[9] = {1, 0, 0, 3, 0, 0, 2, 3, 0};
+  const double e[3] = {1, 2, 6};
+  double out[2];
+  MLTorch::committee_atom_deviation(3, f, e, out);
+  // mean force (2,1,0): squared distances 2, 2, 4 -> sqrt(8/3); energies: mean 3, var 14/3
+  EXPECT_NEAR(out[0], std::sqrt(8.0 / 3.0), 1e-15);
+  EXPECT_NEAR(out[1], std::sqrt(14.0 / 3.0), 1e-15);
+  EXPECT_NEAR(MLTorch::committee_std(3, e), std::sqrt(14.0 / 3.0), 1e-15);
+  MLTorch::committee_atom_deviation(1, f, e, out);
+  EXPECT_EQ(out[0], 0.0);
+}
+
+TEST(Committee, GateAndCountWeightedMean)
+{
+  using MLTorch::Gate;
+  EXPECT_EQ(MLTorch::gate(0.05, 0.1, 1.0), Gate::Known);
+  EXPECT_EQ(MLTorch::gate(0.1, 0.1, 1.0), Gate::Label);
+  EXPECT_EQ(MLTorch::gate(1.0, 0.1, 1.0), Gate::Skip);
+  EXPECT_EQ(MLTorch::gate(std::nan(""), 0.1, 1.0), Gate::Skip);
+  std::vector<double> g{3.0, 6.0};
+  EXPECT_TRUE(MLTorch::average_gradient(3.0, g.data(), 2));
+  EXPECT_EQ(g[0], 1.0);
+  EXPECT_EQ(g[1], 2.0);
+  EXPECT_FALSE(MLTorch::average_gradient(0.0, g.data(), 2));
+  EXPECT_EQ(g[0], 1.0);
+}
+
+TEST(TrainingState, MembersStepOnTheirSlicesAndRollBack)
+{
+  std::vector<std::shared_ptr<MLTorch::Model>> members;
+  for (const std::string &f : {potentials + "/si_local.pt", test_models + "/si_local_perturbed.pt"})
+    members.push_back(std::make_shared<MLTorch::Model>(MLTorch::read_file(f), f, "cpu"));
+  for (auto &m : members) m->set_trainable(std::vector<bool>(m->parameter_names().size(), true));
+  MLTorch::OptimizerSettings sgd;
+  sgd.kind = "sgd";
+  MLTorch::TrainingState ts(members, sgd);
+  const long long n = members[0]->num_trainable();
+  ASSERT_EQ(ts.gradient_size(), 2 * n);
+  const std::string p0 = ts.parameters();
+  ts.keep_good();
+  // a gradient of 1 on member 1's slice only: member 0 stays, member 1 moves by -lr
+  std::vector<double> grad(2 * n, 0.0);
+  for (long long k = n; k < 2 * n; ++k) grad[k] = 1.0;
+  const std::string m0 = members[0]->state_bytes(), m1 = members[1]->state_bytes();
+  const auto norms = ts.step(grad, 0.5, 0.0);
+  ASSERT_EQ(norms.size(), 2u);
+  EXPECT_EQ(norms[0], 0.0);
+  EXPECT_NEAR(norms[1], std::sqrt(static_cast<double>(n)), 1e-9);
+  EXPECT_EQ(members[0]->state_bytes(), m0);
+  EXPECT_NE(members[1]->state_bytes(), m1);
+  // the whole state packs and unpacks; rollback restores it
+  const std::string p1 = ts.parameters();
+  ts.restore_good();
+  EXPECT_EQ(ts.parameters(), p0);
+  ts.load_parameters(p1);
+  EXPECT_EQ(ts.parameters(), p1);
+  EXPECT_THROW(ts.load_parameters(m0), MLTorch::ModelError);    // one member's bytes
+  EXPECT_THROW(ts.step(std::vector<double>(n, 0.0), 0.1, 0.0), MLTorch::ModelError);
+  // one member: the single-model formats, unchanged
+  EXPECT_EQ(MLTorch::pack_strings({"abc"}), "abc");
+  EXPECT_EQ(MLTorch::unpack_strings(MLTorch::pack_strings({"a", "", "bc"}), 3),
+            (std::vector<std::string>{"a", "", "bc"}));
+  MLTorch::Schedule s;
+  s.kind = "step";
+  s.a = 2;
+  s.b = 0.5;
+  EXPECT_EQ(s.lr(1.0, 5), 0.25);
 }

@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Compare the uncertainty-gated run with the every-10-steps run of in.onthefly.
+
+Reads the partition logs (log.gated.0/1, log.every10.0/1) and the frames and
+model snapshots in out/, evaluates the MD model (the committee's first
+member) of every 250-step chunk against the teacher (si_mp2.pt) on that
+chunk's final configurations of both replicas, and writes onthefly.png
+(deviation, force error against the teacher, cumulative teacher calls over
+time) and a table of teacher calls and final errors (also to
+onthefly_table.md).
+
+    python analyse.py [--runs gated every10]
+"""
+
+import argparse
+import glob
+import os
+import sys
+
+import numpy as np
+import torch
+
+here = os.path.dirname(os.path.abspath(__file__))
+root = os.path.join(here, "..", "..")
+sys.path.insert(0, os.path.join(root, "potentials"))
+from mltorch.graph import build_graph, evaluate  # noqa: E402
+
+
+def thermo(log):
+    """{column: np.array} of all thermo blocks of a LAMMPS log (repeated steps dropped)."""
+    cols, rows, block = None, {}, False
+    with open(log) as f:
+        for line in f:
+            words = line.split()
+            if words[:1] == ["Step"]:
+                cols, block = words, True
+                continue
+            if block:
+                try:
+                    values = [float(w) for w in words]
+                except ValueError:
+                    block = False
+                    continue
+                if len(values) == len(cols):
+                    rows[int(values[0])] = values
+    steps = sorted(rows)
+    return {c: np.array([rows[s][k] for s in steps]) for k, c in enumerate(cols)}
+
+
+def read_frame(path):
+    """positions [n,3], cell [3,3] of a write_dump custom file (orthogonal box)."""
+    with open(path) as f:
+        lines = f.read().splitlines()
+    n = int(lines[lines.index("ITEM: NUMBER OF ATOMS") + 1])
+    b = lines.index(next(l for l in lines if l.startswith("ITEM: BOX BOUNDS")))
+    lo_hi = [list(map(float, lines[b + 1 + d].split()[:2])) for d in range(3)]
+    a = lines.index(next(l for l in lines if l.startswith("ITEM: ATOMS")))
+    data = np.array([list(map(float, l.split())) for l in lines[a + 1:a + 1 + n]])
+    pos = data[:, 2:5]
+    cell = np.diag([hi - lo for lo, hi in lo_hi])
+    return pos, cell
+
+
+def forces(model, pos, cell, cutoff, layers):
+    g = build_graph(pos, cell, np.zeros(len(pos), dtype=np.int64), cutoff, layers)
+    _, f, _ = evaluate(model, g, torch.tensor(pos), torch.tensor(cell))
+    return f.detach().numpy()
+
+
+def rmse(a, b):
+    return float(np.sqrt(np.mean((a - b) ** 2)))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", nargs="+", default=["gated", "every10"])
+    ap.add_argument("--chunks", type=int, default=16)
+    args = ap.parse_args()
+    pot = os.path.join(root, "potentials")
+    teacher = torch.jit.load(os.path.join(pot, "si_mp2.pt"))
+    initial = torch.jit.load(os.path.join(pot, "si_crystal_c0.pt"))
+
+    # frames of both runs and replicas, with the teacher's forces
+    frames = {}
+    for run in args.runs:
+        for p in (0, 1):
+            for i in range(1, args.chunks + 1):
+                path = os.path.join(here, "out", f"{run}.frame.{p}.{i}")
+                if os.path.exists(path):
+                    pos, cell = read_frame(path)
+                    frames[(run, p, i)] = (pos, cell, forces(teacher, pos, cell, 4.0, 2))
+
+    curves, table = {}, []
+    for run in args.runs:
+        logs = [thermo(os.path.join(here, f"log.{run}.{p}")) for p in (0, 1)]
+        calls = sum(l["f_ft[14]"] for l in logs)
+        err, err_initial, snap = [], [], initial
+        for i in range(1, args.chunks + 1):
+            path = os.path.join(here, "out", f"{run}.model.{i}.pt")
+            if os.path.exists(path):    # (no file: no update yet in that chunk)
+                snap = torch.jit.load(path)
+            e = [rmse(forces(snap, *frames[(run, p, i)][:2], 4.0, 1), frames[(run, p, i)][2])
+                 for p in (0, 1) if (run, p, i) in frames]
+            e0 = [rmse(forces(initial, *frames[(run, p, i)][:2], 4.0, 1), frames[(run, p, i)][2])
+                  for p in (0, 1) if (run, p, i) in frames]
+            err.append(np.mean(e))
+            err_initial.append(np.mean(e0))
+        curves[run] = dict(step=logs[0]["Step"], devi=[l["c_dev[1]"] for l in logs],
+                           calls=calls, err=np.array(err), err0=np.array(err_initial),
+                           chunk_step=250 * np.arange(1, args.chunks + 1))
+        # the final model on the frames of every run (crystal: first half of
+        # the heating, liquid: second half)
+        final = snap
+        cryst = [rmse(forces(final, pos, cell, 4.0, 1), f) for (r, p, i), (pos, cell, f)
+                 in frames.items() if i <= args.chunks // 2]
+        liquid = [rmse(forces(final, pos, cell, 4.0, 1), f) for (r, p, i), (pos, cell, f)
+                  in frames.items() if i > args.chunks // 2]
+        saved = sum(l["f_ft[15]"][-1] for l in logs)
+        table.append((run, int(calls[-1]), int(saved), float(np.mean(cryst)), float(np.mean(liquid))))
+
+    base = table[-1][1]
+    lines = ["| run | teacher calls (both replicas) | calls saved by the gate | "
+             "final model's force RMSE vs teacher, 600-1800 K frames (eV/A) | "
+             "the same, 1800-3000 K frames (eV/A) | calls vs the last run |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for run, calls, saved, c, l in table:
+        lines.append(f"| {run} | {calls} | {saved} | {c:.4f} | {l:.4f} | {calls / base:.2f} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    with open(os.path.join(here, "onthefly_table.md"), "w") as f:
+        f.write(text)
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(3, 1, figsize=(7, 9), sharex=True)
+    colours = {args.runs[0]: "tab:red", args.runs[-1]: "tab:blue"}
+    for run, c in curves.items():
+        for p, d in enumerate(c["devi"]):
+            ax[0].plot(c["step"], d, color=colours[run], alpha=1.0 if p == 0 else 0.5,
+                       label=f"{run}, replica {p}")
+        ax[1].plot(c["chunk_step"], c["err"], "o-", color=colours[run], label=f"{run}: MD model")
+        ax[2].plot(c["step"], c["calls"], color=colours[run], label=run)
+    first = curves[args.runs[0]]
+    ax[1].plot(first["chunk_step"], first["err0"], "k--", label="untrained first member")
+    ax[0].set_ylabel("max force deviation (eV/A)")
+    ax[0].set_yscale("log")
+    ax[1].set_ylabel("force RMSE vs teacher (eV/A)")
+    ax[2].set_ylabel("teacher calls (both replicas)")
+    ax[2].set_xlabel("step (T: 600 K -> 3000 K over 4000 steps)")
+    for a in ax:
+        a.legend(fontsize=8)
+        a.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(os.path.join(here, "onthefly.png"), dpi=110)
+    print("wrote onthefly.png and onthefly_table.md")
+
+
+if __name__ == "__main__":
+    main()
