@@ -116,10 +116,6 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::settings(int narg,
 
 template <class DeviceType> void PairTorchKokkos<DeviceType>::init_style()
 {
-  if (members.size() > 1)
-    error->all(FLERR, "Pair style torch/kk runs one model; a committee ({} model files in "
-                      "pair_coeff) needs pair_style torch (run it without -sf kk or with "
-                      "'suffix off' around the pair_style)", members.size());
   // KOKKOS's default on GPUs is newton off with half lists; the model contract
   // needs ghost forces summed back to their owners
   if (force->newton_pair == 0)
@@ -399,9 +395,11 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::compute(int eflag_
   // returns after the model's work on the device is complete.
   typename DeviceType::execution_space().fence("torch/kk: graph ready for LibTorch");
   double energy = 0.0;
+  ++ncompute;
   const double t_model = platform::walltime();
   try {
     energy = model_->evaluate_into(in, d_edge_grad.data(), eflag_atom ? d_node_energy.data() : nullptr);
+    if (committee_mean && members.size() > 1) energy = add_members_device(in, energy);
   } catch (std::exception &e) {
     error->one(FLERR, "Pair style torch/kk on step {}: {}", update->ntimestep, e.what());
   }
@@ -421,6 +419,50 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::compute(int eflag_
   if (eflag_atom) MLTorchCompat::modified_sync_host<DeviceType>(k_eatom);
   if (vflag_atom) MLTorchCompat::modified_sync_host<DeviceType>(k_vatom);
   time_pair += platform::walltime() - t_start;
+}
+
+/* ----------------------------------------------------------------------
+   committee mean: the other members' edge gradients (and node energies)
+   added to member 1's in the device buffers, then divided by their number
+------------------------------------------------------------------------- */
+
+template <class DeviceType>
+double PairTorchKokkos<DeviceType>::add_members_device(const MLTorch::GraphInput &in, double energy)
+{
+  if (d_edge_grad_m.extent(0) != d_edge_grad.extent(0))
+    d_edge_grad_m = Kokkos::View<double *[3], Kokkos::LayoutRight, DeviceType>(
+        "torch/kk:edge_grad_m", d_edge_grad.extent(0));
+  if (d_node_energy_m.extent(0) != d_node_energy.extent(0))
+    d_node_energy_m = Kokkos::View<double *, DeviceType>("torch/kk:node_energy_m",
+                                                         d_node_energy.extent(0));
+  auto grad = d_edge_grad, grad_m = d_edge_grad_m;
+  auto ne = d_node_energy, ne_m = d_node_energy_m;
+  const bool atoms = eflag_atom;
+  const int nm = static_cast<int>(members.size());
+  for (int m = 1; m < nm; ++m) {
+    energy += members[m]->evaluate_into(in, grad_m.data(), atoms ? ne_m.data() : nullptr);
+    Kokkos::parallel_for(
+        "torch/kk:committee_sum", Kokkos::RangePolicy<DeviceType, Kokkos::IndexType<int64_t>>(0, nedges_model),
+        KOKKOS_LAMBDA(int64_t e) {
+          for (int k = 0; k < 3; ++k) grad(e, k) += grad_m(e, k);
+        });
+    if (atoms)
+      Kokkos::parallel_for(
+          "torch/kk:committee_sum_e", Kokkos::RangePolicy<DeviceType>(0, atom->nlocal),
+          KOKKOS_LAMBDA(int i) { ne(i) += ne_m(i); });
+  }
+  const double w = 1.0 / nm;
+  Kokkos::parallel_for(
+      "torch/kk:committee_mean", Kokkos::RangePolicy<DeviceType, Kokkos::IndexType<int64_t>>(0, nedges_model),
+      KOKKOS_LAMBDA(int64_t e) {
+        for (int k = 0; k < 3; ++k) grad(e, k) *= w;
+      });
+  if (atoms)
+    Kokkos::parallel_for(
+        "torch/kk:committee_mean_e", Kokkos::RangePolicy<DeviceType>(0, atom->nlocal),
+        KOKKOS_LAMBDA(int i) { ne(i) *= w; });
+  typename DeviceType::execution_space().fence("torch/kk: committee mean ready");
+  return energy * w;
 }
 
 /* ----------------------------------------------------------------------

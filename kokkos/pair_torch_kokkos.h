@@ -41,10 +41,13 @@ template <class DeviceType> class PairTorchKokkos : public PairTorch {
   double memory_usage() override;
   void sync_host_for_fix() override;
   void host_forces_modified() override;
+  // the MD output lives in device buffers, not in the base class's output
+  const MLTorch::GraphOutput *md_output() const override { return nullptr; }
 
   // public for CUDA extended lambdas
   void build_graph_device();
   int64_t accumulate_device(bool want_virial, double *virial_sum);
+  double add_members_device(const MLTorch::GraphInput &in, double energy);
 
  protected:
   typename KK::t_x x;
@@ -62,6 +65,9 @@ template <class DeviceType> class PairTorchKokkos : public PairTorch {
   Kokkos::View<double *[3], Kokkos::LayoutRight, DeviceType> d_edge_vec, d_edge_grad;
   Kokkos::View<int64_t *, DeviceType> d_edge_index, d_species;
   Kokkos::View<double *, DeviceType> d_node_energy;
+  // one more member's outputs (committee mean)
+  Kokkos::View<double *[3], Kokkos::LayoutRight, DeviceType> d_edge_grad_m;
+  Kokkos::View<double *, DeviceType> d_node_energy_m;
   Kokkos::View<int64_t *, DeviceType> d_count, d_offset;
   Kokkos::View<int *, DeviceType> d_node_of, d_atom_of;    // atom <-> graph node
   int64_t node_capacity, edge_capacity;

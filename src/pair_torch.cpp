@@ -599,9 +599,8 @@ const PairTorch::Deviation &PairTorch::committee_deviation()
   const int nall = nlocal + atom->nghost;
   // the graph of the current neighbor list and positions (the same as the
   // last force call's, unless atoms moved since)
-  build_graph();
   MLTorch::GraphInput in;
-  graph_input(in);
+  deviation_graph(in);
   if (stamp_members != ncompute || ncompute == 0) {
     member_out.resize(nm);
     try {

@@ -88,6 +88,8 @@ class PairTorch : public Pair {
   // current neighbor list exactly as compute() builds it; graph_atoms()
   // maps its nodes to local/ghost atom indices
   virtual void training_graph(MLTorch::GraphInput &in);
+  // the graph the committee deviation is evaluated on (host buffers)
+  virtual void deviation_graph(MLTorch::GraphInput &in) { training_graph(in); }
   const std::vector<int> &graph_atoms() const { return node2atom; }
   int species_of_type(int type) const { return type2species[type]; }
   const std::string &model_hash() const { return model_hash_; }

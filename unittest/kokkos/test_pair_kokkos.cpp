@@ -35,6 +35,7 @@ using LAMMPS_NS::LAMMPS;
 
 static const std::string potentials = ML_TORCH_POTENTIALS_DIR;
 static const std::string lammps_potentials = ML_TORCH_LAMMPS_POTENTIALS_DIR;
+static const std::string test_models = ML_TORCH_TEST_MODELS_DIR;
 static int me = 0, nprocs = 1;
 
 // Kokkos threads per rank (-k on t N): ctest runs the suite with 1 and,
@@ -131,6 +132,7 @@ struct Case {
   std::vector<std::string> setup;
   std::string model, element, native_pair, native_coeff;
   std::string kk_model = "";    // another file for torch/kk (a compiled package)
+  std::string pair = "pair_style torch";
 };
 
 static void PrintTo(const Case &c, std::ostream *os)
@@ -150,11 +152,11 @@ TEST_P(KokkosVsCpu, SameNumbers)
   Snapshot cpu, kk, native;
   {
     Lammps l(false);
-    cpu = run(l, sys, "pair_style torch", coeff, 20);
+    cpu = run(l, sys, c.pair, coeff, 20);
   }
   {
     Lammps l(true);
-    kk = run(l, sys, "pair_style torch", kk_coeff, 20);    // -sf kk makes it torch/kk
+    kk = run(l, sys, c.pair, kk_coeff, 20);    // -sf kk makes it torch/kk
     EXPECT_NE(std::string(l.lmp->force->pair_style).find("torch/kk"), std::string::npos);
   }
   const double d[5] = {rel(kk.pe, cpu.pe), rel(kk.f, cpu.f), rel(kk.virial, cpu.virial),
@@ -195,11 +197,43 @@ static std::vector<Case> cases()
        potentials + "/si_local.pt", "Si", "", "", potentials + "/si_local.pt2"},
       {"si_mp2_compiled", lattice("lattice diamond 5.431", 28.0855, 3, false),
        potentials + "/si_mp2.pt", "Si", "", "", potentials + "/si_mp2.pt2"},
+      // a committee: MD on the mean of two members' forces
+      {"si_committee_mean", lattice("lattice diamond 5.431", 28.0855, 3, false),
+       potentials + "/si_local.pt " + test_models + "/si_local_perturbed.pt", "Si", "", "", "",
+       "pair_style torch committee mean"},
   };
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, KokkosVsCpu, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
+
+/* ----------------------------------------------------------------------
+   committee deviation with torch/kk (evaluated on the host graph of the
+   device data) == with torch, after 10 NVE steps on the first member
+------------------------------------------------------------------------- */
+
+TEST(KokkosCommittee, DeviationEqualsCpuStyle)
+{
+  std::vector<double> dev[2], vec[2];
+  for (int kokkos = 0; kokkos < 2; ++kokkos) {
+    Lammps l(kokkos == 1);
+    l.cmds(lattice("lattice diamond 5.431", 28.0855, 3, false));
+    l.cmds({"pair_style torch",
+            "pair_coeff * * " + potentials + "/si_local.pt " + test_models + "/si_local_perturbed.pt Si",
+            "compute dev all torch/deviation", "thermo_style custom step pe c_dev[*]",
+            "fix md all nve", "run 10 post no"});
+    dev[kokkos] = l.gather("c_dev", 2);
+    auto *v = static_cast<double *>(lammps_extract_compute(l.lmp, "dev", LMP_STYLE_GLOBAL, LMP_TYPE_VECTOR));
+    vec[kokkos].assign(v, v + 7);
+  }
+  const double dd = rel(dev[1], dev[0]), dv = rel(vec[1], vec[0]);
+  if (me == 0)
+    std::printf("[ torch/kk ] committee deviation on %d rank(s) vs torch: per atom %.2g, "
+                "statistics %.2g (max devi_f %.4g)\n", nprocs, dd, dv, vec[0][0]);
+  EXPECT_GT(vec[0][0], 1e-3);
+  EXPECT_LE(dd, 1e-12);
+  EXPECT_LE(dv, 1e-12);
+}
 
 /* ----------------------------------------------------------------------
    steady state allocates nothing; growth when atoms are added
