@@ -13,7 +13,6 @@ onthefly_table.md).
 """
 
 import argparse
-import glob
 import os
 import sys
 
@@ -36,10 +35,12 @@ def thermo(log):
                 cols, block = words, True
                 continue
             if block:
-                try:
+                if words[:2] == ["Loop", "time"]:
+                    block = False
+                    continue
+                try:    # (log lines of fixes may come between thermo lines)
                     values = [float(w) for w in words]
                 except ValueError:
-                    block = False
                     continue
                 if len(values) == len(cols):
                     rows[int(values[0])] = values
@@ -134,7 +135,8 @@ def main():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(3, 1, figsize=(7, 9), sharex=True)
-    colours = {args.runs[0]: "tab:red", args.runs[-1]: "tab:blue"}
+    palette = ["tab:red", "tab:orange", "tab:green", "tab:purple", "tab:blue", "tab:cyan"]
+    colours = {run: palette[k % len(palette)] for k, run in enumerate(args.runs)}
     for run, c in curves.items():
         for p, d in enumerate(c["devi"]):
             ax[0].plot(c["step"], d, color=colours[run], alpha=1.0 if p == 0 else 0.5,
