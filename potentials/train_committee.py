@@ -378,6 +378,7 @@ def main():
     teacher = os.path.abspath(args.teacher)
     work = os.path.abspath(args.workdir)
     sw_file = os.path.join(os.path.dirname(lmp), "lammps-potentials", "Si.sw")
+    os.makedirs(args.out, exist_ok=True)
 
     print("== frames from LAMMPS with the teacher", flush=True)
     script, ends = crystal_script(teacher, TRAIN_SEGMENTS, TRAIN_SEED)

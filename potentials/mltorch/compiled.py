@@ -54,7 +54,9 @@ def rebuild(path):
         cls = getattr(importlib.import_module(module_name), cls_name)
     except (ImportError, AttributeError) as e:
         raise ExportError(f"{path}: cannot import the architecture {arch['class']}: {e}")
-    module = cls(**arch.get("kwargs", {}))
+    # in the file's dtype before the parameters are loaded: load_state_dict
+    # copies into the existing tensors, and float32 ones would round them
+    module = cls(**arch.get("kwargs", {})).to(DTYPES[meta["dtype"]])
     scripted = torch.jit.load(path, map_location="cpu")
     try:
         module.load_state_dict(scripted.state_dict())
