@@ -1295,7 +1295,7 @@ void FixTorchFinetune::save_model(const std::string &path)
   MLTorchMPI::stop_collectively(error, universe->uworld, ok, message);
   if (comm->me == 0 && log_every > 0)
     utils::logmesg(lmp, "fix torch/finetune: saved {} after {} updates to {}{}\n",
-                   members.size() > 1 ? "the committee" : "the model", nupdates, path,
+                   members.size() > 1 ? "the committee" : "model", nupdates, path,
                    members.size() > 1 ? fmt::format(" ... {}", member_file(path, static_cast<int>(members.size()) - 1)) : "");
 }
 
