@@ -1297,3 +1297,41 @@ TEST(TeacherLabels, MessagePassingTeacherEqualsPairStyle)
   EXPECT_LE(std::fabs(e_md - e_label), 1e-12 * std::fabs(e_md));
   EXPECT_LE(dw, 1e-12 * wmax);
 }
+
+/* ----------------------------------------------------------------------
+   the fix's per-atom output: |F - F_ref| of the labelled configuration,
+   against the student's and the teacher's forces computed separately
+   (a learning rate of 1e-300 leaves the student's forces as they were)
+------------------------------------------------------------------------- */
+
+TEST(TeacherLabels, PerAtomResidual)
+{
+  std::vector<double> resid, f_student, f_teacher;
+  {
+    Lammps l;
+    l.cmds(silicon(2, 4243, "ortho"));
+    l.cmds({"pair_style torch", "pair_coeff * * " + potentials + "/si_local.pt Si",
+            "fix ft all torch/finetune 1 " + teacher() + " optimizer sgd lr 1e-300 log 0",
+            "run 1 post no"});
+    resid = l.gather("f_ft", 1);
+    f_student = l.gather("f", 3);
+  }
+  {
+    Lammps l;
+    l.cmds(silicon(2, 4243, "ortho"));
+    l.cmds({"pair_style sw", "pair_coeff * * " + lammps_potentials + "/Si.sw Si", "run 0 post no"});
+    f_teacher = l.gather("f", 3);
+  }
+  ASSERT_EQ(resid.size() * 3, f_student.size());
+  std::vector<double> ref(resid.size());
+  for (std::size_t i = 0; i < ref.size(); ++i)
+    ref[i] = std::sqrt(std::pow(f_student[3 * i] - f_teacher[3 * i], 2) +
+                       std::pow(f_student[3 * i + 1] - f_teacher[3 * i + 1], 2) +
+                       std::pow(f_student[3 * i + 2] - f_teacher[3 * i + 2], 2));
+  const double dev = max_diff(resid, ref) / max_abs(ref);
+  if (me == 0)
+    std::printf("[ teacher ] per-atom |F - F_ref| on %d rank(s) vs separate runs: %.3g "
+                "(max relative), largest %.4g eV/A\n", nprocs, dev, max_abs(ref));
+  EXPECT_GT(max_abs(ref), 0.05);
+  EXPECT_LE(dev, 1e-10);
+}

@@ -24,7 +24,7 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 from mltorch import lammps_data  # noqa: E402
 from mltorch.compiled import compile_model, read_package, rebuild  # noqa: E402
 from mltorch.export import ExportError, export, read_metadata  # noqa: E402
-from mltorch.graph import build_graph, evaluate  # noqa: E402
+from mltorch.graph import build_graph, edge_vectors, evaluate  # noqa: E402
 from mltorch.models import LocalMBNet, MPNet  # noqa: E402
 from mltorch.train import batch_predict, errors, fit_energy_shift, prepare, scale_features, train  # noqa: E402
 
@@ -338,6 +338,74 @@ run 300
         after = errors(model, samples)["force_rmse_eV_per_A"]
         print(f"\n  training: force RMSE {before:.3f} -> {after:.3f} eV/A", file=sys.stderr)
         self.assertLess(after, 0.7 * before, f"force RMSE {before:.3f} -> {after:.3f} eV/A")
+
+
+@unittest.skipUnless(os.environ.get("ML_TORCH_LMP"), "ML_TORCH_LMP (the lmp executable) not set")
+class CommitteeDeviation(unittest.TestCase):
+    def test_deviation_equals_python_evaluation(self):
+        """compute torch/deviation == DeePMD-kit's model deviation of the members in Python, 1 and 4 ranks."""
+        files = [os.path.join(root, "potentials", f"si_crystal_c{m}.pt") for m in range(3)]
+        script = f"""
+units metal
+atom_style atomic
+atom_modify map array
+lattice diamond 5.431
+region box block 0 2 0 2 0 2
+create_box 1 box
+create_atoms 1 box
+mass 1 28.0855
+displace_atoms all random 0.2 0.2 0.2 991 units box
+pair_style torch
+pair_coeff * * {' '.join(files)} Si
+compute dev all torch/deviation
+thermo_style custom step pe c_dev[*]
+thermo_modify format float %.17g
+run 0 post no
+write_dump all custom dev.dump id x y z c_dev[1] c_dev[2] modify sort id format float %.17g
+print "DEV $(c_dev[1]:%.17g) $(c_dev[2]:%.17g) $(c_dev[3]:%.17g) $(c_dev[4]:%.17g) $(c_dev[5]:%.17g) $(c_dev[6]:%.17g) $(c_dev[7]:%.17g)"
+"""
+        models = [torch.jit.load(f) for f in files]
+        mpiexec = os.environ.get("ML_TORCH_MPIEXEC", "mpiexec")
+        for np_ in (1, 4):
+            tmp = tempfile.mkdtemp()
+            with open(os.path.join(tmp, "in.dev"), "w") as f:
+                f.write(script)
+            out = subprocess.run([mpiexec, "--allow-run-as-root", "--oversubscribe", "-np", str(np_),
+                                  os.environ["ML_TORCH_LMP"], "-log", "none", "-echo", "none",
+                                  "-nocite", "-in", "in.dev"],
+                                 capture_output=True, text=True, cwd=tmp)
+            self.assertEqual(out.returncode, 0, out.stdout[-2000:] + out.stderr[-2000:])
+            vec = np.array([float(w) for w in out.stdout.split("DEV ")[1].split()[:7]])
+            with open(os.path.join(tmp, "dev.dump")) as f:
+                lines = f.read().splitlines()
+            box = lines[lines.index("ITEM: BOX BOUNDS pp pp pp") + 1:][:3]
+            cell = np.diag([float(b.split()[1]) - float(b.split()[0]) for b in box])
+            data = np.array([[float(w) for w in l.split()] for l in lines[9:]])
+            pos, dev = data[:, 1:4], data[:, 4:6]
+            n = len(pos)
+            # each member on the Python graph: forces and atomic energies
+            g = build_graph(pos, cell, np.zeros(n, dtype=np.int64), 4.0, 1)
+            forces, energies = [], []
+            for model in models:
+                p = torch.tensor(pos).requires_grad_(True)
+                e_atom = model(edge_vectors(g, p, torch.tensor(cell)), g.edge_index, g.species, n)[:n]
+                (grad,) = torch.autograd.grad(e_atom.sum(), p)
+                forces.append(-grad.numpy())
+                energies.append(e_atom.detach().numpy())
+            forces, energies = np.array(forces), np.array(energies)
+            devi_f = np.linalg.norm(np.std(forces, axis=0), axis=-1)    # as DeePMD-kit computes it
+            devi_e = np.std(energies, axis=0)
+            etot = energies.sum(axis=1)
+            ref = np.array([devi_f.max(), devi_f.min(), devi_f.mean(), devi_e.max(), devi_e.min(),
+                            devi_e.mean(), np.std(etot) / n])
+            d_atom = max(np.abs(dev[:, 0] - devi_f).max() / devi_f.max(),
+                         np.abs(dev[:, 1] - devi_e).max() / devi_e.max())
+            d_vec = np.max(np.abs(vec - ref) / np.abs(ref))
+            print(f"\n  {np_} rank(s): per-atom deviation vs Python {d_atom:.2g}, statistics {d_vec:.2g} "
+                  f"(max devi_f {ref[0]:.4f} eV/A)", file=sys.stderr)
+            self.assertGreater(ref[0], 0.01)
+            self.assertLess(d_atom, 1e-10)
+            self.assertLess(d_vec, 1e-10)
 
 
 if __name__ == "__main__":
