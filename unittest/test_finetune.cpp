@@ -1332,6 +1332,6 @@ TEST(TeacherLabels, PerAtomResidual)
   if (me == 0)
     std::printf("[ teacher ] per-atom |F - F_ref| on %d rank(s) vs separate runs: %.3g "
                 "(max relative), largest %.4g eV/A\n", nprocs, dev, max_abs(ref));
-  EXPECT_GT(max_abs(ref), 0.05);
+  EXPECT_GT(max_abs(ref), 0.01);    // a real residual (si_local against SW)
   EXPECT_LE(dev, 1e-10);
 }
