@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 using namespace LAMMPS_NS;
 
@@ -36,7 +37,7 @@ ComputeTorchDeviation::ComputeTorchDeviation(LAMMPS *lmp, int narg, char **arg) 
     error->all(FLERR, "Illegal compute torch/deviation command: it takes no arguments "
                       "(compute ID group torch/deviation)");
   vector_flag = 1;
-  size_vector = 7;
+  size_vector = 10;
   extvector = 0;
   peratom_flag = 1;
   size_peratom_cols = 2;
@@ -74,6 +75,8 @@ void ComputeTorchDeviation::init()
    1-3: max, min, mean over the group's atoms of devi_f (force units)
    4-6: the same of devi_e (atomic energies, energy units)
    7:   committee standard deviation of the total energy per atom
+   8-10: max, min, mean over the 9 components of the virial deviation
+         (std over members of the virial tensor component / atoms)
 ------------------------------------------------------------------------- */
 
 void ComputeTorchDeviation::compute_vector()
@@ -115,6 +118,20 @@ void ComputeTorchDeviation::compute_vector()
   vector[6] = d.natoms > 0.0
       ? MLTorch::committee_std(nm, d.member_energy.data()) / d.natoms
       : 0.0;
+  // DeePMD-kit's virial deviation: per component of the virial tensor,
+  // std over members / N; max, min, mean over the 9 components
+  double vmax = 0.0, vmin = 0.0, vsum = 0.0;
+  std::vector<double> comp(nm);
+  for (int k = 0; k < 9; ++k) {
+    for (int m = 0; m < nm; ++m) comp[m] = d.member_virial[9 * m + k];
+    const double dv = d.natoms > 0.0 ? MLTorch::committee_std(nm, comp.data()) / d.natoms : 0.0;
+    vmax = (k == 0) ? dv : std::max(vmax, dv);
+    vmin = (k == 0) ? dv : std::min(vmin, dv);
+    vsum += dv;
+  }
+  vector[7] = vmax;
+  vector[8] = vmin;
+  vector[9] = vsum / 9.0;
 }
 
 /* ---------------------------------------------------------------------- */

@@ -639,11 +639,22 @@ const PairTorch::Deviation &PairTorch::committee_deviation()
     for (int m = 0; m < nm; ++m) e_atom[m] = member_out[m].node_energy[n];
     MLTorch::committee_atom_deviation(nm, fi, e_atom.data(), &deviation.atom[2 * i]);
   }
-  for (int m = 0; m < nm; ++m) energy[m] = member_out[m].energy;
+  // every member's energy and full virial tensor on this rank, then summed
+  energy.assign(10 * nm + 1, 0.0);
+  sum.assign(10 * nm + 1, 0.0);
+  for (int m = 0; m < nm; ++m) {
+    energy[m] = member_out[m].energy;
+    const double *g = member_out[m].edge_grad.data();
+    double *w = &energy[nm + 1 + 9 * m];
+    for (int64_t e = 0; e < in.n_edges; ++e)
+      for (int a = 0; a < 3; ++a)
+        for (int b = 0; b < 3; ++b) w[3 * a + b] -= in.edge_vectors[3 * e + a] * g[3 * e + b];
+  }
   energy[nm] = ncounted;
-  MPI_Allreduce(energy.data(), sum.data(), nm + 1, MPI_DOUBLE, MPI_SUM, world);
+  MPI_Allreduce(energy.data(), sum.data(), 10 * nm + 1, MPI_DOUBLE, MPI_SUM, world);
   deviation.member_energy.assign(sum.begin(), sum.begin() + nm);
   deviation.natoms = sum[nm];
+  deviation.member_virial.assign(sum.begin() + nm + 1, sum.end());
   stamp_deviation = ncompute;
   return deviation;
 }

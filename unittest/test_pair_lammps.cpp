@@ -598,7 +598,7 @@ TEST_P(Committee, DeviationEqualsIndependentEvaluation)
             "compute dev all torch/deviation", "thermo_style custom step pe c_dev[*]",
             "run 0 post no"});
     const auto dev = l.gather("c_dev", 2);
-    const auto vec = l.compute_vector("dev", 7);
+    const auto vec = l.compute_vector("dev", 10);
     const auto x = l.gather("x", 3);
     const auto f = l.gather("f", 3);
     const std::size_t n = l.natoms();
@@ -610,7 +610,7 @@ TEST_P(Committee, DeviationEqualsIndependentEvaluation)
     const std::vector<int64_t> species(n, 0);
     const int nm = static_cast<int>(c.files.size());
     std::vector<std::vector<double>> forces(nm), energies(nm);
-    std::vector<double> etot(nm), fmean(3 * n, 0.0);
+    std::vector<double> etot(nm), fmean(3 * n, 0.0), wtot(9 * nm, 0.0);
     for (int m = 0; m < nm; ++m) {
       MLTorch::Model model(MLTorch::read_file(c.files[m]), c.files[m], "cpu");
       const auto g = MLTorchTest::build_reference_graph(x, species, cell, {true, true, true}, 1,
@@ -622,6 +622,8 @@ TEST_P(Committee, DeviationEqualsIndependentEvaluation)
         for (int d = 0; d < 3; ++d) {
           forces[m][3 * g.owner[g.centre[e]] + d] += out.edge_grad[3 * e + d];
           forces[m][3 * g.owner[g.neighbour[e]] + d] -= out.edge_grad[3 * e + d];
+          for (int b = 0; b < 3; ++b)
+            wtot[9 * m + 3 * d + b] -= g.edge_vectors[3 * e + d] * out.edge_grad[3 * e + b];
         }
       energies[m] = out.node_energy;
       etot[m] = out.energy;
@@ -650,6 +652,18 @@ TEST_P(Committee, DeviationEqualsIndependentEvaluation)
     for (int m = 0; m < nm; ++m) evar += std::pow(etot[m] - emean, 2) / nm;
     std::vector<double> ref_vec(stats, stats + 6);
     ref_vec.push_back(std::sqrt(evar) / n);
+    // virial deviation: std over members of each of the 9 components, / N
+    double vstat[3] = {-1.0, 1e300, 0.0};
+    for (int k = 0; k < 9; ++k) {
+      double mean = 0.0, var = 0.0;
+      for (int m = 0; m < nm; ++m) mean += wtot[9 * m + k] / nm;
+      for (int m = 0; m < nm; ++m) var += std::pow(wtot[9 * m + k] - mean, 2) / nm;
+      const double dv = std::sqrt(var) / n;
+      vstat[0] = std::max(vstat[0], dv);
+      vstat[1] = std::min(vstat[1], dv);
+      vstat[2] += dv / 9.0;
+    }
+    ref_vec.insert(ref_vec.end(), vstat, vstat + 3);
 
     const double dd = max_rel_dev(dev, ref);
     const double dv = max_rel_dev(vec, ref_vec);

@@ -362,7 +362,7 @@ thermo_style custom step pe c_dev[*]
 thermo_modify format float %.17g
 run 0 post no
 write_dump all custom dev.dump id x y z c_dev[1] c_dev[2] modify sort id format float %.17g
-print "DEV $(c_dev[1]:%.17g) $(c_dev[2]:%.17g) $(c_dev[3]:%.17g) $(c_dev[4]:%.17g) $(c_dev[5]:%.17g) $(c_dev[6]:%.17g) $(c_dev[7]:%.17g)"
+print "DEV $(c_dev[1]:%.17g) $(c_dev[2]:%.17g) $(c_dev[3]:%.17g) $(c_dev[4]:%.17g) $(c_dev[5]:%.17g) $(c_dev[6]:%.17g) $(c_dev[7]:%.17g) $(c_dev[8]:%.17g) $(c_dev[9]:%.17g) $(c_dev[10]:%.17g)"
 """
         models = [torch.jit.load(f) for f in files]
         mpiexec = os.environ.get("ML_TORCH_MPIEXEC", "mpiexec")
@@ -375,7 +375,7 @@ print "DEV $(c_dev[1]:%.17g) $(c_dev[2]:%.17g) $(c_dev[3]:%.17g) $(c_dev[4]:%.17
                                   "-nocite", "-in", "in.dev"],
                                  capture_output=True, text=True, cwd=tmp)
             self.assertEqual(out.returncode, 0, out.stdout[-2000:] + out.stderr[-2000:])
-            vec = np.array([float(w) for w in out.stdout.split("DEV ")[1].split()[:7]])
+            vec = np.array([float(w) for w in out.stdout.split("DEV ")[1].split()[:10]])
             with open(os.path.join(tmp, "dev.dump")) as f:
                 lines = f.read().splitlines()
             box = lines[lines.index("ITEM: BOX BOUNDS pp pp pp") + 1:][:3]
@@ -385,8 +385,9 @@ print "DEV $(c_dev[1]:%.17g) $(c_dev[2]:%.17g) $(c_dev[3]:%.17g) $(c_dev[4]:%.17
             n = len(pos)
             # each member on the Python graph: forces and atomic energies
             g = build_graph(pos, cell, np.zeros(n, dtype=np.int64), 4.0, 1)
-            forces, energies = [], []
+            forces, energies, virials = [], [], []
             for model in models:
+                virials.append(evaluate(model, g, pos, cell)[2].detach().numpy().reshape(9))
                 p = torch.tensor(pos).requires_grad_(True)
                 e_atom = model(edge_vectors(g, p, torch.tensor(cell)), g.edge_index, g.species, n)[:n]
                 (grad,) = torch.autograd.grad(e_atom.sum(), p)
@@ -396,8 +397,9 @@ print "DEV $(c_dev[1]:%.17g) $(c_dev[2]:%.17g) $(c_dev[3]:%.17g) $(c_dev[4]:%.17
             devi_f = np.linalg.norm(np.std(forces, axis=0), axis=-1)    # as DeePMD-kit computes it
             devi_e = np.std(energies, axis=0)
             etot = energies.sum(axis=1)
+            devi_v = np.std(np.array(virials), axis=0) / n    # DeePMD-kit's devi_v (9 components)
             ref = np.array([devi_f.max(), devi_f.min(), devi_f.mean(), devi_e.max(), devi_e.min(),
-                            devi_e.mean(), np.std(etot) / n])
+                            devi_e.mean(), np.std(etot) / n, devi_v.max(), devi_v.min(), devi_v.mean()])
             d_atom = max(np.abs(dev[:, 0] - devi_f).max() / devi_f.max(),
                          np.abs(dev[:, 1] - devi_e).max() / devi_e.max())
             d_vec = np.max(np.abs(vec - ref) / np.abs(ref))

@@ -224,7 +224,7 @@ TEST(KokkosCommittee, DeviationEqualsCpuStyle)
             "fix md all nve", "run 10 post no"});
     dev[kokkos] = l.gather("c_dev", 2);
     auto *v = static_cast<double *>(lammps_extract_compute(l.lmp, "dev", LMP_STYLE_GLOBAL, LMP_TYPE_VECTOR));
-    vec[kokkos].assign(v, v + 7);
+    vec[kokkos].assign(v, v + 10);
   }
   const double dd = rel(dev[1], dev[0]), dv = rel(vec[1], vec[0]);
   if (me == 0)
