@@ -34,7 +34,6 @@
 #include "error.h"
 #include "force.h"
 #include "lmp_compat.h"
-#include "math_const.h"
 #include "memory.h"
 #include "mltorch_mpi.h"
 #include "modify.h"
@@ -58,7 +57,6 @@
 
 using namespace LAMMPS_NS;
 using namespace FixConst;
-using MathConst::MY_PI;
 
 namespace {
 // 2: committees (member count and hashes); version 1 files (one model) still load
@@ -154,8 +152,8 @@ static LossTerms loss_terms(double wE, double wF, double wS, double e, double e_
 
 FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
     Fix(lmp, narg, arg), w_energy(1.0), w_force(1.0), w_stress(0.0),
-    opt(std::make_unique<MLTorch::OptimizerSettings>()), schedule("constant"), sched_a(0.0),
-    sched_b(0.0), clip(0.0), accumulate(1), max_force_error(0.0), rollback_factor(0.0),
+    opt(std::make_unique<MLTorch::OptimizerSettings>()),
+    schedule(std::make_unique<MLTorch::Schedule>()), clip(0.0), accumulate(1), max_force_error(0.0), rollback_factor(0.0),
     save_every(0), log_every(100), check_every(10), replay_capacity(0), replay_mix(0),
     replay_mbytes(256.0), student(nullptr), teacher(nullptr), synced(false),
     pending(0), nupdates(0), nskipped(0), nrollbacks(0), nchecks(0), nconfigs(0), loss_ema(-1.0),
@@ -237,31 +235,32 @@ FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
       iarg += 2;
     } else if (kw == "schedule") {
       if (iarg + 2 > narg) MLTorchCompat::missing_args(FLERR, "fix torch/finetune schedule", error);
-      schedule = arg[iarg + 1];
-      if (schedule == "constant") {
+      auto &sch = *schedule;
+      sch.kind = arg[iarg + 1];
+      if (sch.kind == "constant") {
         iarg += 2;
-      } else if (schedule == "exp") {
-        sched_a = number(iarg + 2, "schedule exp");
-        if (!(sched_a > 0 && sched_a <= 1))
+      } else if (sch.kind == "exp") {
+        sch.a = number(iarg + 2, "schedule exp");
+        if (!(sch.a > 0 && sch.a <= 1))
           error->all(FLERR, "Fix torch/finetune schedule exp gamma must be in (0,1]");
         iarg += 3;
-      } else if (schedule == "step") {
-        sched_a = integer(iarg + 2, "schedule step");
-        sched_b = number(iarg + 3, "schedule step");
-        if (sched_a < 1 || !(sched_b > 0 && sched_b <= 1))
+      } else if (sch.kind == "step") {
+        sch.a = integer(iarg + 2, "schedule step");
+        sch.b = number(iarg + 3, "schedule step");
+        if (sch.a < 1 || !(sch.b > 0 && sch.b <= 1))
           error->all(FLERR, "Fix torch/finetune schedule step needs an interval >= 1 and a "
                             "factor in (0,1]");
         iarg += 4;
-      } else if (schedule == "cosine") {
-        sched_a = integer(iarg + 2, "schedule cosine");
-        sched_b = number(iarg + 3, "schedule cosine");
-        if (sched_a < 1 || sched_b < 0)
+      } else if (sch.kind == "cosine") {
+        sch.a = integer(iarg + 2, "schedule cosine");
+        sch.b = number(iarg + 3, "schedule cosine");
+        if (sch.a < 1 || sch.b < 0)
           error->all(FLERR, "Fix torch/finetune schedule cosine needs a length >= 1 update and a "
                             "final learning rate >= 0");
         iarg += 4;
       } else {
         error->all(FLERR, "Fix torch/finetune schedule {} is unknown: use constant, exp, step or "
-                          "cosine", schedule);
+                          "cosine", sch.kind);
       }
     } else if (kw == "clip") {
       clip = number(iarg + 1, "clip");
@@ -516,7 +515,7 @@ void FixTorchFinetune::check_replicas_consistent(bool broadcast)
       "updates {} skipped {} rollbacks {} pending {} phase {} | run {} steps from {} to {}",
       hashes, MLTorch::content_hash(mask), gated ? 1 : 0, gate_low, gate_high, nevery, accumulate, replay_mix,
       check_every, save_every, save_file.empty() ? 0 : 1, opt->kind, opt->lr, opt->weight_decay,
-      opt->momentum, schedule, sched_a, sched_b, clip, max_force_error, rollback_factor, w_energy,
+      opt->momentum, schedule->kind, schedule->a, schedule->b, clip, max_force_error, rollback_factor, w_energy,
       w_force, w_stress, nupdates, nskipped, nrollbacks, pending, update->ntimestep % nevery,
       update->nsteps, update->firststep, update->laststep);
   std::string first, other;
@@ -761,20 +760,14 @@ void FixTorchFinetune::md_forces(const MLTorch::GraphInput &in, double **dst,
                                  const MLTorch::GraphOutput *given)
 {
   const int nall = atom->nlocal + atom->nghost;
-  const auto &node2atom = student->graph_atoms();
   MLTorch::GraphOutput out;
   if (!given) {
     student->evaluate_md(in, out);
     given = &out;
   }
-  if (nall > 0) std::memset(&dst[0][0], 0, sizeof(double) * 3 * nall);
-  for (int64_t e = 0; e < in.n_edges; ++e) {
-    const int i = node2atom[in.edge_index[e]];
-    const int j = node2atom[in.edge_index[in.n_edges + e]];
-    for (int k = 0; k < 3; ++k) {
-      dst[i][k] += given->edge_grad[3 * e + k];
-      dst[j][k] -= given->edge_grad[3 * e + k];
-    }
+  if (nall > 0) {
+    std::memset(&dst[0][0], 0, sizeof(double) * 3 * nall);
+    student->add_edge_forces(given->edge_grad.data(), &dst[0][0], 3);
   }
   reverse_target = dst;
   MLTorchCompat::reverse_comm(comm, this);
@@ -1104,11 +1097,7 @@ void FixTorchFinetune::train_replay(Replay &r, MLTorch::Model &model)
 
 double FixTorchFinetune::learning_rate() const
 {
-  MLTorch::Schedule sch;
-  sch.kind = schedule;
-  sch.a = sched_a;
-  sch.b = sched_b;
-  return sch.lr(opt->lr, nupdates);
+  return schedule->lr(opt->lr, nupdates);
 }
 
 /* ----------------------------------------------------------------------
@@ -1132,9 +1121,7 @@ void FixTorchFinetune::take_step()
         utils::logmesg(lmp, "fix torch/finetune: step {} no update: no replica labelled a "
                             "configuration since the last update ({} such updates so far)\n",
                        update->ntimestep, nempty);
-      pending = 0;
-      stored_this_round = 0;
-      acc_loss = acc_se_e = acc_se_f = acc_nf = acc_se_w = acc_n = acc_ngrad = 0.0;
+      clear_round();
       training->zero_grad();
       return;
     }
@@ -1151,7 +1138,6 @@ void FixTorchFinetune::take_step()
     z ^= z >> 29;
     train_replay(*replay[z % static_cast<std::uint64_t>(eligible)]);
   }
-  stored_this_round = 0;
 
   std::vector<double> buf = training->gradient();
   const std::size_t ngrad_size = buf.size();
@@ -1238,12 +1224,22 @@ void FixTorchFinetune::take_step()
                                        ncalls, nknown, nabove, nempty)
                          : std::string());
 
-  acc_loss = acc_se_e = acc_se_f = acc_nf = acc_se_w = acc_n = acc_ngrad = 0.0;
-  pending = 0;
+  clear_round();
 
   if (check_every > 0 && nevents % check_every == 0) checksum_guard();
   if (save_every > 0 && !save_file.empty() && nupdates > 0 && nevents % save_every == 0)
     save_model(save_file);
+}
+
+/* ----------------------------------------------------------------------
+   the end of an update round: nothing accumulated, nothing fresh stored
+------------------------------------------------------------------------- */
+
+void FixTorchFinetune::clear_round()
+{
+  acc_loss = acc_se_e = acc_se_f = acc_nf = acc_se_w = acc_n = acc_ngrad = 0.0;
+  pending = 0;
+  stored_this_round = 0;
 }
 
 /* ----------------------------------------------------------------------

@@ -28,6 +28,7 @@ struct GraphOutput;
 class Model;
 class TrainingState;
 struct OptimizerSettings;
+struct Schedule;
 }    // namespace MLTorch
 
 namespace LAMMPS_NS {
@@ -84,8 +85,7 @@ class FixTorchFinetune : public Fix {
   std::string teacher_style, teacher_coeff;
   double w_energy, w_force, w_stress;
   std::unique_ptr<MLTorch::OptimizerSettings> opt;
-  std::string schedule;    // constant, exp, step, cosine
-  double sched_a, sched_b;
+  std::unique_ptr<MLTorch::Schedule> schedule;    // learning rate after u updates
   double clip;
   int accumulate;
   double max_force_error;    // skip updates above this force RMSE (0 = never)
@@ -169,6 +169,7 @@ class FixTorchFinetune : public Fix {
   void store_replay(const MLTorch::GraphInput &in, double e_ref, const double *w_ref,
                     double natoms);
   void take_step();
+  void clear_round();
   void refresh_forces(const MLTorch::GraphInput &in, double **before);
   void md_forces(const MLTorch::GraphInput &in, double **dst, const MLTorch::GraphOutput *given);
   double learning_rate() const;

@@ -617,21 +617,11 @@ const PairTorch::Deviation &PairTorch::committee_deviation()
   }
   const int width = 3 * nm;
   member_force.assign(static_cast<std::size_t>(nall) * width, 0.0);
-  for (int m = 0; m < nm; ++m) {
-    const double *g = member_out[m].edge_grad.data();
-    for (int64_t e = 0; e < in.n_edges; ++e) {
-      double *fi = &member_force[static_cast<std::size_t>(node2atom[edge_index[e]]) * width + 3 * m];
-      double *fj = &member_force[static_cast<std::size_t>(node2atom[edge_nbr[e]]) * width + 3 * m];
-      for (int k = 0; k < 3; ++k) {
-        fi[k] += g[3 * e + k];
-        fj[k] -= g[3 * e + k];
-      }
-    }
-  }
+  for (int m = 0; m < nm; ++m)
+    add_edge_forces(member_out[m].edge_grad.data(), member_force.data() + 3 * m, width);
   if (nm > 1) comm->reverse_comm(this);
 
   deviation.atom.assign(2 * static_cast<std::size_t>(nlocal), 0.0);
-  std::vector<double> energy(nm + 1, 0.0), sum(nm + 1, 0.0);
   std::vector<double> e_atom(nm);
   for (int n = 0; n < ncounted; ++n) {
     const int i = node2atom[n];
@@ -640,8 +630,7 @@ const PairTorch::Deviation &PairTorch::committee_deviation()
     MLTorch::committee_atom_deviation(nm, fi, e_atom.data(), &deviation.atom[2 * i]);
   }
   // every member's energy and full virial tensor on this rank, then summed
-  energy.assign(10 * nm + 1, 0.0);
-  sum.assign(10 * nm + 1, 0.0);
+  std::vector<double> energy(10 * nm + 1, 0.0), sum(10 * nm + 1, 0.0);
   for (int m = 0; m < nm; ++m) {
     energy[m] = member_out[m].energy;
     const double *g = member_out[m].edge_grad.data();
@@ -657,6 +646,21 @@ const PairTorch::Deviation &PairTorch::committee_deviation()
   deviation.member_virial.assign(sum.begin() + nm + 1, sum.end());
   stamp_deviation = ncompute;
   return deviation;
+}
+
+/* ---------------------------------------------------------------------- */
+
+void PairTorch::add_edge_forces(const double *edge_grad, double *dst, int stride) const
+{
+  const std::size_t nedges = edge_nbr.size();
+  for (std::size_t e = 0; e < nedges; ++e) {
+    double *fi = dst + static_cast<std::size_t>(node2atom[edge_index[e]]) * stride;
+    double *fj = dst + static_cast<std::size_t>(node2atom[edge_nbr[e]]) * stride;
+    for (int k = 0; k < 3; ++k) {
+      fi[k] += edge_grad[3 * e + k];
+      fj[k] -= edge_grad[3 * e + k];
+    }
+  }
 }
 
 /* ---------------------------------------------------------------------- */

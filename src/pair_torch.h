@@ -92,6 +92,9 @@ class PairTorch : public Pair {
   // the graph the committee deviation is evaluated on (host buffers)
   virtual void deviation_graph(MLTorch::GraphInput &in) { training_graph(in); }
   const std::vector<int> &graph_atoms() const { return node2atom; }
+  // edge gradients g_e of the current graph as atom forces: F_i += g_ij,
+  // F_j -= g_ij into dst[atom * stride + k] (local and ghost atoms)
+  void add_edge_forces(const double *edge_grad, double *dst, int stride) const;
   int species_of_type(int type) const { return type2species[type]; }
   const std::string &model_hash() const { return model_hash_; }
   const std::string &model_path() const { return model_file; }
