@@ -1129,15 +1129,8 @@ void FixTorchFinetune::take_step()
   // replayed configurations join the gradient: deterministic picks among
   // those stored before this round, the same on every rank of the replica
   const int eligible = static_cast<int>(replay.size()) - stored_this_round;
-  const int nmix = std::min(replay_mix, std::max(eligible, 0));
-  for (int j = 0; j < nmix; ++j) {
-    std::uint64_t z = static_cast<std::uint64_t>(nupdates + nskipped + nrollbacks) * 0x9E3779B97F4A7C15ULL +
-        static_cast<std::uint64_t>(j + 1) * 0xBF58476D1CE4E5B9ULL;
-    z ^= z >> 31;
-    z *= 0x94D049BB133111EBULL;
-    z ^= z >> 29;
-    train_replay(*replay[z % static_cast<std::uint64_t>(eligible)]);
-  }
+  for (int k : MLTorch::replay_picks(nupdates + nskipped + nrollbacks, eligible, replay_mix))
+    train_replay(*replay[k]);
 
   std::vector<double> buf = training->gradient();
   const std::size_t ngrad_size = buf.size();

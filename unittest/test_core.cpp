@@ -752,6 +752,14 @@ TEST(TrainingState, MembersStepOnTheirSlicesAndRollBack)
   EXPECT_EQ(MLTorch::pack_strings({"abc"}), "abc");
   EXPECT_EQ(MLTorch::unpack_strings(MLTorch::pack_strings({"a", "", "bc"}), 3),
             (std::vector<std::string>{"a", "", "bc"}));
+  // replay picks: deterministic, in range, at most the eligible count
+  const auto picks = MLTorch::replay_picks(7, 5, 3);
+  ASSERT_EQ(picks.size(), 3u);
+  for (int k : picks) EXPECT_TRUE(k >= 0 && k < 5);
+  EXPECT_EQ(MLTorch::replay_picks(7, 5, 3), picks);
+  EXPECT_NE(MLTorch::replay_picks(8, 5, 3), picks);
+  EXPECT_EQ(MLTorch::replay_picks(7, 2, 3).size(), 2u);
+  EXPECT_TRUE(MLTorch::replay_picks(7, 0, 3).empty());
   MLTorch::Schedule s;
   s.kind = "step";
   s.a = 2;

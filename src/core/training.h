@@ -69,6 +69,11 @@ class TrainingState {
   std::string good_params, good_optimizer;
 };
 
+// replay selection: which of the `eligible` stored configurations (indices
+// [0, eligible)) the update after `events` updates, skips and rollbacks mixes
+// in, at most `mix` of them (a splitmix64 hash: the same picks on every rank)
+std::vector<int> replay_picks(long long events, int eligible, int mix);
+
 // several byte strings in one (count and lengths first); one string is
 // stored as itself
 std::string pack_strings(const std::vector<std::string> &parts);
