@@ -99,6 +99,7 @@ def main():
     pids = []
     step_re = re.compile(r"^\s*(\d+)\s+[-\d.eE+]+\s+[-\d.eE+]+")
     last_step = 0
+    finished = False
     while proc.poll() is None:
         time.sleep(1.0)
         if not pids:
@@ -113,6 +114,13 @@ def main():
             m = step_re.match(line)
             if m:
                 last_step = int(m.group(1))
+            finished = finished or line.startswith("Loop time of")
+        if finished or last_step >= args.steps:
+            # the run is over: what follows (timing summary, teardown of
+            # LAMMPS, LibTorch and MPI) belongs to no MD step, and a sample
+            # of it would be fitted as the last step's memory. The log is
+            # buffered, so the last thermo line is the first sign of the end.
+            continue
         rss = [rss_kb(p) for p in pids]
         if all(r is not None for r in rss):
             samples.append((last_step, rss))
