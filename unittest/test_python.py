@@ -410,5 +410,179 @@ print "DEV $(c_dev[1]:%.17g) $(c_dev[2]:%.17g) $(c_dev[3]:%.17g) $(c_dev[4]:%.17
             self.assertLess(d_vec, 1e-10)
 
 
+RESTART_SYSTEM = """
+units metal
+lattice diamond 5.431
+region box block 0 20 0 20 0 10
+create_box 1 box
+create_atoms 1 box
+mass 1 28.0855
+velocity all create 900 77 loop geom
+pair_style torch
+pair_coeff * * {student} Si
+fix ft all torch/finetune 2 teacher sw "* * {sw} Si"
+"""
+
+
+@unittest.skipUnless(os.environ.get("ML_TORCH_LMP"), "ML_TORCH_LMP (the lmp executable) not set")
+class AtomicRestart(unittest.TestCase):
+    """write_restart/atomic: a writer killed at any moment, or one that runs out of space, leaves the
+    previous restart file whole (byte for byte) and readable; write_restart's own file is torn."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="mltorch-restart-")
+        cls.lmp = os.environ["ML_TORCH_LMP"]
+        cls.system = RESTART_SYSTEM.format(
+            student=os.path.join(root, "examples", "finetune", "si_student.pt"),
+            sw=os.path.join(os.environ["LAMMPS_POTENTIALS"], "Si.sw"))
+        cls.reference = cls.run_lmp(cls.system + "write_restart ref.restart\n", "ref")
+        with open(os.path.join(cls.tmp, "ref.restart"), "rb") as f:
+            cls.ref = f.read()
+
+    @classmethod
+    def run_lmp(cls, script, name, check=True):
+        with open(os.path.join(cls.tmp, "in." + name), "w") as f:
+            f.write(script)
+        out = subprocess.run([cls.lmp, "-log", "none", "-nocite", "-in", "in." + name], cwd=cls.tmp,
+                             capture_output=True, text=True)
+        if check:
+            assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+        return out
+
+    def readable(self, path):
+        out = self.run_lmp(f"read_restart {path}\nprint \"NATOMS $(atoms)\"\n", "check", check=False)
+        return out.returncode == 0 and "NATOMS 32000" in out.stdout, out.stdout[-500:] + out.stderr[-500:]
+
+    def kill_while_writing(self, command, target, condition, random_delay=None):
+        """start a loop of `command target`, SIGKILL it as soon as condition() holds (or after
+        random_delay seconds of writing); True if the condition was seen before the kill"""
+        import shutil
+        import time
+        shutil.copy(os.path.join(self.tmp, "ref.restart"), os.path.join(self.tmp, target))
+        script = self.system + (f"variable i loop 1000\nlabel again\n{command} {target}\nnext i\n"
+                                f"jump SELF again\n")
+        with open(os.path.join(self.tmp, "in.loop"), "w") as f:
+            f.write(script)
+        proc = subprocess.Popen([self.lmp, "-log", "none", "-nocite", "-screen", "none", "-in", "in.loop"],
+                                cwd=self.tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        seen, t0, started = False, time.time(), None
+        try:
+            while time.time() - t0 < 60 and proc.poll() is None:
+                if random_delay is not None:
+                    if started is None and any(n.startswith(target + ".tmp") for n in os.listdir(self.tmp)):
+                        started = time.time()
+                    if started is not None and time.time() - started >= random_delay:
+                        seen = True
+                        break
+                elif condition():
+                    seen = True
+                    break
+        finally:
+            proc.kill()
+            proc.wait()
+        for name in os.listdir(self.tmp):    # the killed writer's temporary file
+            if name.startswith(target + ".tmp."):
+                os.remove(os.path.join(self.tmp, name))
+        with open(os.path.join(self.tmp, target), "rb") as f:
+            return seen, f.read()
+
+    def test_killed_writer_leaves_the_previous_file(self):
+        target = os.path.join(self.tmp, "atomic.restart")
+
+        def writing():
+            return any(n.startswith("atomic.restart.tmp.") for n in os.listdir(self.tmp))
+
+        for trial in range(4):    # killed while LAMMPS fills the temporary file
+            seen, data = self.kill_while_writing("write_restart/atomic", "atomic.restart", writing)
+            self.assertTrue(seen, "the writer never started")
+            self.assertEqual(len(data), len(self.ref), f"trial {trial}: a torn file")
+            self.assertTrue(data == self.ref, f"trial {trial}: the file changed")
+        import random
+        rng = random.Random(7)
+        replaced = 0
+        for trial in range(4):    # killed at any moment of the loop, the rename included
+            seen, data = self.kill_while_writing("write_restart/atomic", "atomic.restart", None,
+                                                 random_delay=rng.uniform(0.0, 0.5))
+            self.assertEqual(len(data), len(self.ref), f"random trial {trial}: a torn file")
+            if data != self.ref:
+                # a file the killed process wrote: the same state, but LibTorch's optimizer
+                # record keys the state by parameter memory addresses, which differ by process
+                ok, why = self.readable(target)
+                self.assertTrue(ok, f"random trial {trial}: " + why)
+                replaced += 1
+        self.assertGreater(replaced, 0, "no kill came after a rename")
+        print(f"\n[ restart ] write_restart/atomic killed 8 times ({replaced} after a rename): the file was "
+              f"always whole and readable", file=sys.stderr)
+        ok, why = self.readable(target)
+        self.assertTrue(ok, why)
+
+    def test_write_restart_is_torn_by_the_same_kill(self):
+        """the test above can fail: LAMMPS's own write_restart, killed while it writes, tears the file"""
+        target = os.path.join(self.tmp, "plain.restart")
+
+        def writing():
+            try:
+                return 0 <= os.path.getsize(target) < len(self.ref)
+            except OSError:
+                return False
+
+        for attempt in range(5):
+            seen, data = self.kill_while_writing("write_restart", "plain.restart", writing)
+            if seen and len(data) < len(self.ref):
+                break
+        self.assertLess(len(data), len(self.ref), "5 kills while write_restart wrote never tore the file")
+        ok, why = self.readable(target)
+        self.assertFalse(ok, "a torn restart file was read")
+        print(f"\n[ restart ] write_restart killed while writing: {len(data)} of {len(self.ref)} bytes left, "
+              f"read_restart: {[l for l in why.splitlines() if 'ERROR' in l][:1]}", file=sys.stderr)
+
+    def test_full_disk_keeps_the_previous_file(self):
+        """RLIMIT_FSIZE stands in for a full disk: with SIGXFSZ ignored a write past it fails with
+        EFBIG, as one past the disk's end does with ENOSPC. It is set once LAMMPS has started (MPI's
+        own start-up writes files larger than the limit)."""
+        import resource
+        import shutil
+        import signal
+        import time
+        shutil.copy(os.path.join(self.tmp, "ref.restart"), os.path.join(self.tmp, "full.restart"))
+        for name in ("ready", "go"):
+            if os.path.exists(os.path.join(self.tmp, name)):
+                os.remove(os.path.join(self.tmp, name))
+        with open(os.path.join(self.tmp, "in.full"), "w") as f:
+            f.write(self.system + "shell touch ready\nlabel wait\nshell sleep 0.05\n"
+                    "if \"$(is_file(go))\" then \"jump SELF done\"\njump SELF wait\nlabel done\n"
+                    "write_restart/atomic full.restart\n")
+        proc = subprocess.Popen([self.lmp, "-log", "none", "-nocite", "-in", "in.full"], cwd=self.tmp,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGXFSZ, signal.SIG_IGN))
+        t0 = time.time()
+        while not os.path.exists(os.path.join(self.tmp, "ready")) and time.time() - t0 < 60:
+            time.sleep(0.01)
+        limit = len(self.ref) // 2
+        resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (limit, limit))
+        open(os.path.join(self.tmp, "go"), "w").close()
+        output = proc.communicate(timeout=120)[0]
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("I/O error while writing restart", output)
+        with open(os.path.join(self.tmp, "full.restart"), "rb") as f:
+            self.assertTrue(f.read() == self.ref, "the previous file changed")
+        self.assertEqual([n for n in os.listdir(self.tmp) if n.startswith("full.restart.tmp")], [])
+
+    def test_two_ranks_and_refusals(self):
+        mpiexec = os.environ.get("ML_TORCH_MPIEXEC", "mpiexec")
+        with open(os.path.join(self.tmp, "in.np2"), "w") as f:
+            f.write(self.system + "write_restart/atomic np2.*.restart\nclear\nread_restart np2.0.restart\n"
+                    "print \"NATOMS $(atoms)\"\nwrite_restart/atomic np2.%.restart\n")
+        out = subprocess.run([mpiexec, "--allow-run-as-root", "--oversubscribe", "-np", "2", self.lmp,
+                              "-log", "none", "-nocite", "-in", "in.np2"], cwd=self.tmp, capture_output=True,
+                             text=True, timeout=120)
+        self.assertIn("NATOMS 32000", out.stdout, out.stdout[-2000:] + out.stderr[-2000:])
+        self.assertIn("write_restart/atomic writes one file, but np2.%.restart asks for one file per process",
+                      out.stdout + out.stderr)
+        self.assertNotEqual(out.returncode, 0)
+        self.assertEqual([n for n in os.listdir(self.tmp) if n.startswith("np2.") and ".tmp." in n], [])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -759,14 +759,27 @@ void write_file_atomic(const std::string &path, const std::string &bytes)
   FILE *fp = std::fopen(tmp.c_str(), "wb");
   if (!fp) throw ModelError("Cannot write " + tmp + ": " + std::strerror(errno));
   bool ok = std::fwrite(bytes.data(), 1, bytes.size(), fp) == bytes.size();
-  ok = (std::fflush(fp) == 0) && ok;
-  ok = (::fsync(::fileno(fp)) == 0) && ok;
   ok = (std::fclose(fp) == 0) && ok;
   if (!ok) {
     const std::string why = std::strerror(errno);
     std::remove(tmp.c_str());
     throw ModelError("Cannot write " + tmp + ": " + why);
   }
+  commit_file(tmp, path);
+}
+
+void commit_file(const std::string &tmp, const std::string &path)
+{
+  // a write-back error of the closed file is reported to this new
+  // descriptor's fsync (Linux keeps it per file, not per descriptor)
+  const int fd = ::open(tmp.c_str(), O_RDONLY);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    const std::string why = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    std::remove(tmp.c_str());
+    throw ModelError("Cannot write " + tmp + ": " + why);
+  }
+  ::close(fd);
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const std::string why = std::strerror(errno);
     std::remove(tmp.c_str());

@@ -172,6 +172,12 @@ class Trainer {
 // disk, then renamed over `path`. A crash leaves the old file intact.
 void write_file_atomic(const std::string &path, const std::string &bytes);
 
+// The second half of it, for files written by others (LAMMPS's restart
+// writer): flush the written `tmp` to disk, rename it over `path` and sync
+// the folder. On failure `tmp` is removed, `path` is untouched, and the
+// ModelError says why.
+void commit_file(const std::string &tmp, const std::string &path);
+
 // Read a whole file into a string; throws ModelError with the reason.
 std::string read_file(const std::string &path);
 

@@ -9,6 +9,7 @@
 #include "compute_torch_deviation.h"
 #include "fix_torch_finetune.h"
 #include "pair_torch.h"
+#include "write_restart_atomic.h"
 
 using namespace LAMMPS_NS;
 
@@ -20,6 +21,11 @@ static Pair *pair_torch_creator(LAMMPS *lmp)
 static Compute *compute_torch_deviation_creator(LAMMPS *lmp, int argc, char **argv)
 {
   return new ComputeTorchDeviation(lmp, argc, argv);
+}
+
+static Command *write_restart_atomic_creator(LAMMPS *lmp)
+{
+  return new WriteRestartAtomic(lmp);
 }
 
 static Fix *fix_torch_finetune_creator(LAMMPS *lmp, int argc, char **argv)
@@ -51,5 +57,11 @@ extern "C" void lammpsplugin_init(void *lmp, void *handle, void *regfunc)
   plugin.name = "torch/deviation";
   plugin.info = "ML-TORCH committee deviation of pair_style torch models";
   plugin.creator.v2 = (lammpsplugin_factory2 *) &compute_torch_deviation_creator;
+  (*register_plugin)(&plugin, lmp);
+
+  plugin.style = "command";
+  plugin.name = "write_restart/atomic";
+  plugin.info = "ML-TORCH write_restart that replaces the file atomically";
+  plugin.creator.v1 = (lammpsplugin_factory1 *) &write_restart_atomic_creator;
   (*register_plugin)(&plugin, lmp);
 }
