@@ -1,8 +1,12 @@
 /* ----------------------------------------------------------------------
    libFuzzer target: the keyword parsers of pair_style torch (settings and
-   pair_coeff) and fix torch/finetune, through one LAMMPS instance with a
-   small Si crystal. The input is split into lines; each line becomes the
-   arguments of one of the three commands (its first byte chooses which).
+   pair_coeff, committees included), fix torch/finetune and compute
+   torch/deviation, through one LAMMPS instance with a small Si crystal.
+   The input is split into lines; each line becomes the arguments of one of
+   five commands (its first byte chooses which); '@' in a line stands for
+   the potentials folder. With ML_TORCH_FUZZ_PLUGIN set (tools/fuzz.sh sets
+   it), the styles come from that plugin, built with coverage, so the
+   search is guided by the coverage of these parsers.
    Every command must either work or stop with a LAMMPS ERROR (an
    exception); a crash or a sanitizer report is a finding.
    Built and run by tools/fuzz.sh.
@@ -14,6 +18,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <string>
@@ -37,6 +42,14 @@ extern "C" int LLVMFuzzerInitialize(int *argc, char ***argv)
   potentials = p ? p : "potentials";
   const char *args[] = {"lmp", "-log", "none", "-echo", "none", "-screen", "none", "-nocite"};
   lmp = new LAMMPS_NS::LAMMPS(8, const_cast<char **>(args), MPI_COMM_WORLD);
+  if (const char *plugin = std::getenv("ML_TORCH_FUZZ_PLUGIN")) {
+    try {
+      lmp->input->one(std::string("plugin load ") + plugin);
+    } catch (std::exception &e) {
+      std::fprintf(stderr, "cannot load %s: %s\n", plugin, e.what());
+      std::abort();
+    }
+  }
   for (const char *l : {"units metal", "atom_modify map array", "lattice diamond 5.431",
                         "region box block 0 1 0 1 0 1", "create_box 1 box", "create_atoms 1 box",
                         "mass 1 28.0855"})
@@ -60,13 +73,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     // LAMMPS input syntax is not the target: no variables, commands or comments
     for (char &c : line)
       if (c == '$' || c == '#' || c == '&' || c == '\0' || c == '\r') c = ' ';
+    for (std::size_t at = line.find('@'); at != std::string::npos; at = line.find('@', at + potentials.size() + 1))
+      line.replace(at, 1, potentials + "/");
     ++ncommands;
-    if (kind % 3 == 0)
-      command("pair_style torch " + line);
-    else if (kind % 3 == 1)
-      command("pair_coeff * * " + potentials + "/si_local.pt " + line);
-    else
-      command("fix ft all torch/finetune " + line);
+    switch (kind % 5) {
+      case 0:
+        command("pair_style torch " + line);
+        break;
+      case 1:
+        command("pair_coeff * * " + potentials + "/si_local.pt " + line);
+        break;
+      case 2:
+        command("fix ft all torch/finetune " + line);
+        break;
+      case 3:
+        command("compute dev all torch/deviation " + line);
+        command("uncompute dev");
+        break;
+      default:
+        command("pair_coeff * * " + line);
+    }
   }
   command("unfix ft");
   command("pair_style none");

@@ -940,16 +940,27 @@ void FixTorchFinetune::store_replay(const MLTorch::GraphInput &in, double e_ref,
   const auto &node2atom = student->graph_atoms();
   const int nall = atom->nlocal + atom->nghost;
   const int nprocs = comm->nprocs;
-  auto r = std::make_unique<Replay>();
+  // The piece evicted by the previous store is refilled: in a full buffer
+  // every store evicts one, so the buffer's vectors stop going back to
+  // malloc. Freeing and allocating pieces of a slightly different size at
+  // every update fragments the heap, and the resident size creeps up over a
+  // long run. Vectors grow with 25% headroom, so that a piece a little
+  // larger than the last fits too; the memory bound counts the values.
+  std::unique_ptr<Replay> r = spare_replay ? std::move(spare_replay) : std::make_unique<Replay>();
+  auto fill = [](auto &vec, const auto *first, std::size_t n) {
+    if (vec.capacity() < n) vec.reserve(n + n / 4);
+    vec.assign(first, first + n);
+  };
   r->n_nodes = in.n_nodes;
   r->n_local = in.n_local;
   r->n_edges = in.n_edges;
-  r->edge_vec.assign(in.edge_vectors, in.edge_vectors + 3 * in.n_edges);
-  r->edge_index.assign(in.edge_index, in.edge_index + 2 * in.n_edges);
-  r->species.assign(in.species, in.species + in.n_nodes);
+  fill(r->edge_vec, in.edge_vectors, 3 * in.n_edges);
+  fill(r->edge_index, in.edge_index, 2 * in.n_edges);
+  fill(r->species, in.species, in.n_nodes);
   r->e_ref = e_ref;
   for (int k = 0; k < 6; ++k) r->w_ref[k] = w_ref[k];
   r->natoms = natoms;
+  if (r->fref.capacity() < static_cast<std::size_t>(3 * in.n_local)) r->fref.reserve(3 * in.n_local * 5 / 4);
   r->fref.resize(3 * in.n_local);
   for (int64_t n = 0; n < in.n_local; ++n)
     for (int k = 0; k < 3; ++k) r->fref[3 * n + k] = fref[node2atom[n]][k];
@@ -974,6 +985,7 @@ void FixTorchFinetune::store_replay(const MLTorch::GraphInput &in, double e_ref,
   }
   r->send_counts.resize(nprocs);
   r->send_displs.resize(nprocs);
+  r->ghost_nodes.clear();
   std::vector<int> send_slots;
   for (int p = 0; p < nprocs; ++p) {
     r->send_counts[p] = static_cast<int>(by_owner[p].size());
@@ -1012,11 +1024,13 @@ void FixTorchFinetune::store_replay(const MLTorch::GraphInput &in, double e_ref,
                             "memory bound of {} MB on a rank; the replay buffer stays empty "
                             "(raise replay_memory)", replay_mbytes);
     replay_warned = true;
+    spare_replay = std::move(r);
     return;
   }
   MPI_Allreduce(&evict, &evict_all, 1, MPI_INT, MPI_MAX, world);
   if (static_cast<int>(replay.size()) - evict_all >= replay_capacity)
     evict_all = static_cast<int>(replay.size()) - replay_capacity + 1;
+  if (evict_all > 0) spare_replay = std::move(replay.front());
   replay.erase(replay.begin(), replay.begin() + evict_all);
   replay.push_back(std::move(r));
   ++stored_this_round;

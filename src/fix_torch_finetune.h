@@ -153,6 +153,7 @@ class FixTorchFinetune : public Fix {
   // --- replay buffer: this rank's share of past labelled configurations ---
   struct Replay;
   std::vector<std::unique_ptr<Replay>> replay;
+  std::unique_ptr<Replay> spare_replay;    // the last evicted piece, refilled by the next store
   int stored_this_round;    // fresh configurations stored since the last update
   bool replay_warned;
   double acc_ngrad;         // configurations (fresh + replayed) in the pending gradient

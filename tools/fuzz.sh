@@ -2,11 +2,14 @@
 # libFuzzer runs of ML-TORCH's input parsers (a script, not a CI step):
 #   fuzz_metadata: the model-metadata JSON parser (src/core/metadata.cpp),
 #                  coverage-guided, with AddressSanitizer + UBSan
-#   fuzz_keywords: the keyword parsers of pair_style torch, pair_coeff and
-#                  fix torch/finetune, through a LAMMPS instance (build/'s
-#                  liblammps, so only the harness is instrumented: the
-#                  fuzzer mutates guided by a keyword dictionary; crashes
-#                  and hangs are what it finds there)
+#   fuzz_keywords: the keyword parsers of pair_style torch, pair_coeff,
+#                  fix torch/finetune and compute torch/deviation, through a
+#                  LAMMPS instance (build/'s liblammps). ML-TORCH's styles and
+#                  core are built here a second time, with coverage and the
+#                  sanitizers, as a plugin that the harness loads over the
+#                  built-in styles (-Bsymbolic binds the plugin's calls to its
+#                  own code), so the search is guided by the coverage of our
+#                  parsers inside LAMMPS; LAMMPS's own code is not instrumented
 #   tools/fuzz.sh [SECONDS per target, default 600]
 # Needs tools/setup.sh (build/) and clang (Debian's clang-14). Crashers are
 # written to fuzz/crashers/; each one found must become a regression test
@@ -29,6 +32,35 @@ mpi_lib=$(mpicxx --showme:link)
 # shellcheck disable=SC2086
 "$cxx" "${san[@]}" -DLAMMPS_SMALLBIG -I "$lammps_dir/src" $mpi_inc fuzz/fuzz_keywords.cpp \
   -o "$out/fuzz_keywords" -L build -llammps -Wl,-rpath,"$here/build" $mpi_lib
+
+# the instrumented plugin: the styles and the core, with LibTorch's flags
+torch_dir=$(sed -n "s/^ML_TORCH_LIBTORCH_PREFIX:PATH=//p" build/CMakeCache.txt)
+[ -n "$torch_dir" ] || torch_dir=$(.venv/bin/python -c "import torch, os; print(os.path.dirname(torch.__file__))")
+plugin_src=(src/plugin/mltorch_plugin.cpp src/pair_torch.cpp src/fix_torch_finetune.cpp
+            src/compute_torch_deviation.cpp src/write_restart_atomic.cpp src/core/model.cpp
+            src/core/metadata.cpp src/core/committee.cpp src/core/training.cpp)
+cov=(-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -g -O1 -std=c++20 -fPIC)
+torch_inc=(-isystem "$torch_dir/include" -isystem "$torch_dir/include/torch/csrc/api/include")
+# the core is LAMMPS-free (and takes nlohmann/json from the system, not LAMMPS's copy)
+core_inc=(-I src/core "${torch_inc[@]}")
+style_inc=(-DLAMMPS_SMALLBIG -I src -I src/core -I "$lammps_dir/src" -I "$lammps_dir/third_party"
+           -I build/lammps/includes "${torch_inc[@]}")
+mkdir -p "$out/plugin"
+objs=()
+for f in "${plugin_src[@]}"; do
+  o=$out/plugin/$(basename "$f" .cpp).o
+  if [ ! -f "$o" ] || [ "$f" -nt "$o" ]; then
+    inc=("${style_inc[@]}")
+    case $f in src/core/*) inc=("${core_inc[@]}") ;; esac
+    # shellcheck disable=SC2086
+    $(command -v ccache || true) "$cxx" "${cov[@]}" "${inc[@]}" $mpi_inc -c "$f" -o "$o"
+  fi
+  objs+=("$o")
+done
+# shellcheck disable=SC2086
+"$cxx" -fsanitize=address,undefined -shared -Wl,-Bsymbolic -o "$out/mltorchplugin_cov.so" "${objs[@]}" \
+  -L "$torch_dir/lib" -ltorch -ltorch_cpu -lc10 -Wl,-rpath,"$torch_dir/lib" $mpi_lib
+export ML_TORCH_FUZZ_PLUGIN=$here/$out/mltorchplugin_cov.so
 
 export ASAN_OPTIONS=detect_leaks=0:detect_odr_violation=0
 export ML_TORCH_POTENTIALS=$here/potentials LAMMPS_POTENTIALS=$lammps_dir/potentials OMP_NUM_THREADS=1
