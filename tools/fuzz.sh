@@ -12,8 +12,9 @@
 #                  parsers inside LAMMPS; LAMMPS's own code is not instrumented
 #   tools/fuzz.sh [SECONDS per target, default 600]
 # Needs tools/setup.sh (build/) and clang (Debian's clang-14). Crashers are
-# written to fuzz/crashers/; each one found must become a regression test
-# (unittest/test_fuzz_regressions.sh replays everything in fuzz/crashers/).
+# written to fuzz/crashers/ (not kept in git); each one found must become a
+# regression test: a metadata input in test_core's metadata table, a keyword
+# line in test_pair_errors or test_finetune's FinetuneErrors.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"

@@ -9,6 +9,11 @@ every --every steps: 1,000 updates in 100,000 steps), samples VmRSS of every
 rank once a second, maps samples to MD steps through the thermo output, and
 prints the RSS slope (least squares over the run after its first 10%) in
 KB per 1000 steps for each rank. Goal: below 1 KB per 1000 steps.
+
+--heap also preloads tools/heap_probe.c (built here with cc) into the ranks
+and fits glibc's view of the heap the same way: the bytes in use (a leak
+grows them) and the heap's size (its high-water mark, which the resident
+size follows).
 """
 import argparse
 import os
@@ -77,6 +82,7 @@ def main():
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--lmp", default=os.path.join(here, "build", "lmp"))
     ap.add_argument("--md-only", action="store_true", help="no fix torch/finetune (the MD part alone)")
+    ap.add_argument("--heap", action="store_true", help="also sample glibc's heap (tools/heap_probe.c)")
     args = ap.parse_args()
     lammps_pot = os.path.realpath(os.path.join(here, "build", "lammps-potentials"))
     work = tempfile.mkdtemp(prefix="mltorch-soak-")
@@ -93,9 +99,15 @@ def main():
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(args.np), args.lmp,
            "-in", "in.soak", "-log", log, "-screen", "none"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
+    if args.heap:
+        probe = os.path.join(work, "heap_probe.so")
+        subprocess.run(["cc", "-O2", "-shared", "-fPIC", os.path.join(here, "tools", "heap_probe.c"), "-o", probe,
+                        "-lpthread"], check=True)
+        env.update(LD_PRELOAD=probe, MLTORCH_HEAP_PROBE=work)
     t0 = time.time()
     proc = subprocess.Popen(cmd, cwd=work, env=env)
     samples = []    # (step, [rss per rank])
+    times = []      # when each was taken
     pids = []
     step_re = re.compile(r"^\s*(\d+)\s+[-\d.eE+]+\s+[-\d.eE+]+")
     last_step = 0
@@ -124,6 +136,7 @@ def main():
         rss = [rss_kb(p) for p in pids]
         if all(r is not None for r in rss):
             samples.append((last_step, rss))
+            times.append(time.time())
     wall = time.time() - t0
     if proc.returncode != 0:
         sys.exit(f"soak run failed (exit {proc.returncode}); log: {log}")
@@ -143,6 +156,23 @@ def main():
         print(f"rank {r}: RSS {rss[0, r] / 1024:.1f} MB at the first sample, {rss[keep, r].min() / 1024:.1f}"
               f"-{rss[keep, r].max() / 1024:.1f} MB after warm-up, slope {slope:+.3f} KB per 1000 steps "
               f"(goal: below 1)")
+    if args.heap:
+        # the probe's samples mapped to steps through the times of ours
+        t = np.array(times)
+        for r, pid in enumerate(pids):
+            try:
+                h = np.loadtxt(os.path.join(work, f"heap.{pid}"), ndmin=2)
+            except OSError:
+                continue
+            inside = (h[:, 0] >= t[keep][0]) & (h[:, 0] <= t[-1])
+            if inside.sum() < 3:
+                continue
+            hs = np.interp(h[inside, 0], t, steps)
+            size, used = h[inside, 2] / 1024.0, h[inside, 3] / 1024.0
+            print(f"rank {r}: heap in use {used.min() / 1024:.1f}-{used.max() / 1024:.1f} MB, slope "
+                  f"{np.polyfit(hs, used, 1)[0] * 1000.0:+.3f} KB per 1000 steps; heap size "
+                  f"{size.min() / 1024:.2f}-{size.max() / 1024:.2f} MB, slope "
+                  f"{np.polyfit(hs, size, 1)[0] * 1000.0:+.3f} KB per 1000 steps")
     print(f"log: {log}")
 
 
