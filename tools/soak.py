@@ -169,9 +169,15 @@ def main():
                 continue
             hs = np.interp(h[inside, 0], t, steps)
             size, used = h[inside, 2] / 1024.0, h[inside, 3] / 1024.0
+            # what stays allocated: the least in use in each of 9 windows (a
+            # sample inside a step also holds that step's temporaries)
+            parts = np.array_split(np.arange(len(hs)), 9)
+            floor = np.array([used[p].min() for p in parts])
+            floor_slope = np.polyfit([hs[p].mean() for p in parts], floor, 1)[0] * 1000.0
             print(f"rank {r}: heap in use {used.min() / 1024:.1f}-{used.max() / 1024:.1f} MB, slope "
-                  f"{np.polyfit(hs, used, 1)[0] * 1000.0:+.3f} KB per 1000 steps; heap size "
-                  f"{size.min() / 1024:.2f}-{size.max() / 1024:.2f} MB, slope "
+                  f"{np.polyfit(hs, used, 1)[0] * 1000.0:+.3f} KB per 1000 steps; its floor (least in use "
+                  f"per ninth) {floor[0] / 1024:.2f} -> {floor[-1] / 1024:.2f} MB, slope {floor_slope:+.3f}; "
+                  f"heap size {size.min() / 1024:.2f}-{size.max() / 1024:.2f} MB, slope "
                   f"{np.polyfit(hs, size, 1)[0] * 1000.0:+.3f} KB per 1000 steps")
     print(f"log: {log}")
 
