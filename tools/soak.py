@@ -118,8 +118,8 @@ def main():
             pids = rank_pids(proc.pid, args.lmp)
             continue
         try:
-            with open(log) as f:
-                lines = f.readlines()[-20:]
+            with open(log) as f:    # all of it: the summary at the end is longer than any tail
+                lines = f.readlines()
         except OSError:
             continue
         for line in lines:
