@@ -37,9 +37,9 @@ mpi_lib=$(mpicxx --showme:link)
 # the instrumented plugin: the styles and the core, with LibTorch's flags
 torch_dir=$(sed -n "s/^ML_TORCH_LIBTORCH_PREFIX:PATH=//p" build/CMakeCache.txt)
 [ -n "$torch_dir" ] || torch_dir=$(.venv/bin/python -c "import torch, os; print(os.path.dirname(torch.__file__))")
-plugin_src=(src/plugin/mltorch_plugin.cpp src/pair_torch.cpp src/fix_torch_finetune.cpp
-            src/compute_torch_deviation.cpp src/write_restart_atomic.cpp src/core/model.cpp
-            src/core/metadata.cpp src/core/committee.cpp src/core/training.cpp)
+# the sources build/ compiles into the plugin and its core, read from ninja
+mapfile -t plugin_src < <(ninja -C build -t commands mltorchplugin | grep -o ' -c [^ ]*' | awk '{print $2}')
+[ "${#plugin_src[@]}" -gt 0 ] || { echo "no plugin sources found in build/ (ninja -t commands mltorchplugin)" >&2; exit 1; }
 cov=(-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -g -O1 -std=c++20 -fPIC)
 torch_inc=(-isystem "$torch_dir/include" -isystem "$torch_dir/include/torch/csrc/api/include")
 # the core is LAMMPS-free (and takes nlohmann/json from the system, not LAMMPS's copy)
@@ -50,9 +50,11 @@ mkdir -p "$out/plugin"
 objs=()
 for f in "${plugin_src[@]}"; do
   o=$out/plugin/$(basename "$f" .cpp).o
-  if [ ! -f "$o" ] || [ "$f" -nt "$o" ]; then
+  # rebuilt when its source or any of our headers is newer (a class whose
+  # layout changed must not meet an object compiled against the old one)
+  if [ ! -f "$o" ] || [ "$f" -nt "$o" ] || [ -n "$(find src -name '*.h' -newer "$o" -print -quit)" ]; then
     inc=("${style_inc[@]}")
-    case $f in src/core/*) inc=("${core_inc[@]}") ;; esac
+    case $f in */src/core/*) inc=("${core_inc[@]}") ;; esac
     # shellcheck disable=SC2086
     $(command -v ccache || true) "$cxx" "${cov[@]}" "${inc[@]}" $mpi_inc -c "$f" -o "$o"
   fi
