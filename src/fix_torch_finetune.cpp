@@ -947,8 +947,11 @@ void FixTorchFinetune::store_replay(const MLTorch::GraphInput &in, double e_ref,
   // long run. Vectors grow with 25% headroom, so that a piece a little
   // larger than the last fits too; the memory bound counts the values.
   std::unique_ptr<Replay> r = spare_replay ? std::move(spare_replay) : std::make_unique<Replay>();
-  auto fill = [](auto &vec, const auto *first, std::size_t n) {
+  auto room = [](auto &vec, std::size_t n) {
     if (vec.capacity() < n) vec.reserve(n + n / 4);
+  };
+  auto fill = [&room](auto &vec, const auto *first, std::size_t n) {
+    room(vec, n);
     vec.assign(first, first + n);
   };
   r->n_nodes = in.n_nodes;
@@ -960,7 +963,7 @@ void FixTorchFinetune::store_replay(const MLTorch::GraphInput &in, double e_ref,
   r->e_ref = e_ref;
   for (int k = 0; k < 6; ++k) r->w_ref[k] = w_ref[k];
   r->natoms = natoms;
-  if (r->fref.capacity() < static_cast<std::size_t>(3 * in.n_local)) r->fref.reserve(3 * in.n_local * 5 / 4);
+  room(r->fref, 3 * in.n_local);
   r->fref.resize(3 * in.n_local);
   for (int64_t n = 0; n < in.n_local; ++n)
     for (int k = 0; k < 3; ++k) r->fref[3 * n + k] = fref[node2atom[n]][k];
