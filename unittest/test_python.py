@@ -6,9 +6,14 @@ names the lmp executable for the data test).
 """
 
 import os
+import random
+import resource
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 import warnings
 
@@ -436,7 +441,7 @@ class AtomicRestart(unittest.TestCase):
         cls.system = RESTART_SYSTEM.format(
             student=os.path.join(root, "examples", "finetune", "si_student.pt"),
             sw=os.path.join(os.environ["LAMMPS_POTENTIALS"], "Si.sw"))
-        cls.reference = cls.run_lmp(cls.system + "write_restart ref.restart\n", "ref")
+        cls.run_lmp(cls.system + "write_restart ref.restart\n", "ref")
         with open(os.path.join(cls.tmp, "ref.restart"), "rb") as f:
             cls.ref = f.read()
 
@@ -458,8 +463,6 @@ class AtomicRestart(unittest.TestCase):
         """start a loop of `command target`, SIGKILL it as soon as condition() holds (or
         random_delay seconds after the first rename over the target); True if the condition was
         seen (or the rename happened) before the kill"""
-        import shutil
-        import time
         shutil.copy(os.path.join(self.tmp, "ref.restart"), os.path.join(self.tmp, target))
         script = self.system + (f"variable i loop 1000\nlabel again\n{command} {target}\nnext i\n"
                                 f"jump SELF again\n")
@@ -502,7 +505,6 @@ class AtomicRestart(unittest.TestCase):
             if data != self.ref:    # a loaded machine let a write finish before the poll saw it
                 ok, why = self.readable(target)
                 self.assertTrue(ok, f"trial {trial}: " + why)
-        import random
         rng = random.Random(7)
         replaced = 0
         for trial in range(4):    # killed at any moment of the loop after its first rename
@@ -545,10 +547,6 @@ class AtomicRestart(unittest.TestCase):
         """RLIMIT_FSIZE stands in for a full disk: with SIGXFSZ ignored a write past it fails with
         EFBIG, as one past the disk's end does with ENOSPC. It is set once LAMMPS has started (MPI's
         own start-up writes files larger than the limit)."""
-        import resource
-        import shutil
-        import signal
-        import time
         shutil.copy(os.path.join(self.tmp, "ref.restart"), os.path.join(self.tmp, "full.restart"))
         for name in ("ready", "go"):
             if os.path.exists(os.path.join(self.tmp, name)):
