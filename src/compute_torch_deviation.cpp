@@ -31,7 +31,7 @@ using namespace LAMMPS_NS;
 ------------------------------------------------------------------------- */
 
 ComputeTorchDeviation::ComputeTorchDeviation(LAMMPS *lmp, int narg, char **arg) :
-    Compute(lmp, narg, arg), pair(nullptr), nmax(0), devi(nullptr)
+    Compute(lmp, narg, arg), nmax(0), devi(nullptr)
 {
   if (narg != 3)
     error->all(FLERR, "Illegal compute torch/deviation command: it takes no arguments "
@@ -68,7 +68,7 @@ PairTorch *ComputeTorchDeviation::find_pair()
 
 void ComputeTorchDeviation::init()
 {
-  pair = find_pair();
+  find_pair();    // its ERRORs at the start of a run
 }
 
 /* ----------------------------------------------------------------------
@@ -82,8 +82,8 @@ void ComputeTorchDeviation::init()
 void ComputeTorchDeviation::compute_vector()
 {
   invoked_vector = update->ntimestep;
-  // the pair style may have been replaced since init()
-  pair = find_pair();
+  // found at every call: the pair style may have been replaced since init()
+  PairTorch *pair = find_pair();
   const auto &d = pair->committee_deviation();
   const int nlocal = atom->nlocal;
   const int *mask = atom->mask;
@@ -145,8 +145,7 @@ void ComputeTorchDeviation::compute_peratom()
     memory->create(devi, nmax, 2, "torch/deviation:devi");
     array_atom = devi;
   }
-  pair = find_pair();
-  const auto &d = pair->committee_deviation();
+  const auto &d = find_pair()->committee_deviation();
   const int nlocal = atom->nlocal;
   const int *mask = atom->mask;
   for (int i = 0; i < nlocal; ++i)

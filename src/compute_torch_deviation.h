@@ -30,7 +30,6 @@ class ComputeTorchDeviation : public Compute {
   double memory_usage() override;
 
  private:
-  class PairTorch *pair;
   int nmax;
   double **devi;    // per-atom devi_f, devi_e
   class PairTorch *find_pair();
