@@ -26,7 +26,7 @@ root = os.path.dirname(here)
 
 
 # extra LAMMPS command-line arguments for every run (bench/run.py --lmp-args,
-# e.g. "-k on g 1 -sf kk -pk kokkos newton on neigh full" on a GPU)
+# e.g. "-k on g 1 -sf kk -pk kokkos newton on neigh half" on a GPU)
 EXTRA_ARGS = []
 
 

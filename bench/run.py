@@ -362,7 +362,7 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--lmp-args", default="", help="extra LAMMPS arguments, e.g. on a GPU: "
-                    "'-k on g 1 -sf kk -pk kokkos newton on neigh full' (figures 1 and 3)")
+                    "'-k on g 1 -sf kk -pk kokkos newton on neigh half' (figures 1 and 3)")
     ap.add_argument("--pair-args", default="", help="pair_style torch keywords, e.g. 'device cuda'")
     ap.add_argument("--pt2-dir", default=POT, help="folder of the compiled packages (e.g. made with "
                     "mltorch-compile --device cuda on the GPU machine)")
@@ -434,7 +434,7 @@ def main():
         f.write("\n## GPU\n\nNo GPU was available to this run: figures 1 and 3 have not been measured on "
                 "a GPU. On a machine with one, after a CUDA build (tools/gpu) and `mltorch-compile --device cuda` "
                 "of si_local and si_mp2 into DIR:\n\n    .venv/bin/python bench/run.py --figures 1,3 --lmp "
-                "build-gpu/lmp --lmp-args '-k on g 1 -sf kk -pk kokkos newton on neigh full' "
+                "build-gpu/lmp --lmp-args '-k on g 1 -sf kk -pk kokkos newton on neigh half' "
                 "--pair-args 'device cuda' --pt2-dir DIR\n")
     print(f"wrote {os.path.join(here, 'RESULTS.md')}")
     return 0

@@ -18,13 +18,14 @@ PairStyle(torch/kk/host,PairTorchKokkos<LMPHostType>);
 #ifndef LMP_PAIR_TORCH_KOKKOS_H
 #define LMP_PAIR_TORCH_KOKKOS_H
 
+#include "kokkos_base.h"
 #include "kokkos_type.h"
 #include "lmp_compat.h"
 #include "pair_torch.h"
 
 namespace LAMMPS_NS {
 
-template <class DeviceType> class PairTorchKokkos : public PairTorch {
+template <class DeviceType> class PairTorchKokkos : public PairTorch, public KokkosBase {
  public:
   typedef DeviceType device_type;
   typedef ArrayTypes<DeviceType> AT;
@@ -44,8 +45,24 @@ template <class DeviceType> class PairTorchKokkos : public PairTorch {
   // the MD output lives in device buffers, not in the base class's output
   const MLTorch::GraphOutput *md_output() const override { return nullptr; }
 
+  // the per-layer halo exchange on the device: features by atom in k_halo,
+  // packed and unpacked by CommKokkos on the device (or on the host with
+  // '-pk kokkos comm host'), gathered from and into the graph's rows
+  void halo_forward(const double *owned, double *all, int width) override;
+  void halo_reverse(const double *all, double *owned, int width) override;
+  int pack_forward_comm_kokkos(int, DAT::tdual_int_1d, DAT::tdual_double_1d &, int, int *) override;
+  void unpack_forward_comm_kokkos(int, int, DAT::tdual_double_1d &) override;
+  int pack_reverse_comm_kokkos(int, int, DAT::tdual_double_1d &) override;
+  void unpack_reverse_comm_kokkos(int, DAT::tdual_int_1d, DAT::tdual_double_1d &) override;
+  int pack_forward_comm(int, int *, double *, int, int *) override;
+  void unpack_forward_comm(int, int, double *) override;
+  int pack_reverse_comm(int, int, double *) override;
+  void unpack_reverse_comm(int, int *, double *) override;
+
   // public for CUDA extended lambdas
   void build_graph_device();
+  void halo_rows_in(const double *rows, int64_t nrows, int width, bool scatter);
+  void halo_rows_out(double *rows, int64_t nrows, int width, bool gather);
   int64_t accumulate_device(bool want_virial, double *virial_sum);
   double add_members_device(const MLTorch::GraphInput &in, double energy);
 
@@ -70,6 +87,8 @@ template <class DeviceType> class PairTorchKokkos : public PairTorch {
   Kokkos::View<double *, DeviceType> d_node_energy_m;
   Kokkos::View<int64_t *, DeviceType> d_count, d_offset;
   Kokkos::View<int *, DeviceType> d_node_of, d_atom_of;    // atom <-> graph node
+  Kokkos::DualView<double *, DeviceType> k_halo;    // [nall][width] features by atom
+  bool halo_device_rows = false;    // the exchange's rows are device memory (compute())
   int64_t node_capacity, edge_capacity;
   int64_t pad_nodes, pad_edges;    // fixed capacities (0 = grow)
   double capacity_changes;         // number of buffer (re)allocations, see extract()

@@ -115,6 +115,55 @@ struct FixTorchFinetune::Replay {
   std::vector<double> fref;    // [n_local][3] teacher forces
   double e_ref = 0.0, w_ref[6] = {0, 0, 0, 0, 0, 0};
   double natoms = 0.0;    // covered atoms of the whole configuration
+  // the halo exchange of a layered model on this stored piece: the same
+  // owner map, by MPI_Alltoallv, as LAMMPS's forward/reverse comm did when
+  // the configuration was stored
+  struct Halo : public MLTorch::HaloExchange {
+    Halo(const Replay &piece, MPI_Comm comm) : r(piece), world(comm) {}
+    void forward(const double *owned, double *all, int w) override
+    {
+      scale(w);
+      out.resize(r.recv_slots.size() * w);
+      in.resize(r.ghost_nodes.size() * w);
+      for (std::size_t q = 0; q < r.recv_slots.size(); ++q)
+        std::memcpy(&out[q * w], owned + static_cast<std::size_t>(r.recv_slots[q]) * w, sizeof(double) * w);
+      MPI_Alltoallv(out.data(), rc.data(), rd.data(), MPI_DOUBLE, in.data(), sc.data(), sd.data(),
+                    MPI_DOUBLE, world);
+      if (r.n_local > 0) std::memcpy(all, owned, sizeof(double) * w * r.n_local);
+      for (std::size_t g = 0; g < r.ghost_nodes.size(); ++g)
+        std::memcpy(all + r.ghost_nodes[g] * w, &in[g * w], sizeof(double) * w);
+    }
+    void reverse(const double *all, double *owned, int w) override
+    {
+      scale(w);
+      out.resize(r.recv_slots.size() * w);
+      in.resize(r.ghost_nodes.size() * w);
+      for (std::size_t g = 0; g < r.ghost_nodes.size(); ++g)
+        std::memcpy(&in[g * w], all + r.ghost_nodes[g] * w, sizeof(double) * w);
+      MPI_Alltoallv(in.data(), sc.data(), sd.data(), MPI_DOUBLE, out.data(), rc.data(), rd.data(),
+                    MPI_DOUBLE, world);
+      if (r.n_local > 0) std::memcpy(owned, all, sizeof(double) * w * r.n_local);
+      for (std::size_t q = 0; q < r.recv_slots.size(); ++q)
+        for (int k = 0; k < w; ++k) owned[static_cast<std::size_t>(r.recv_slots[q]) * w + k] += out[q * w + k];
+    }
+    // the plan's counts and displacements in values of width w
+    void scale(int w)
+    {
+      const std::size_t np = r.send_counts.size();
+      sc.resize(np), sd.resize(np), rc.resize(np), rd.resize(np);
+      for (std::size_t p = 0; p < np; ++p) {
+        sc[p] = w * r.send_counts[p];
+        sd[p] = w * r.send_displs[p];
+        rc[p] = w * r.recv_counts[p];
+        rd[p] = w * r.recv_displs[p];
+      }
+    }
+    const Replay &r;
+    MPI_Comm world;
+    std::vector<int> sc, sd, rc, rd;
+    std::vector<double> out, in;
+  };
+
   double bytes() const
   {
     return 8.0 * (edge_vec.size() + edge_index.size() + species.size() + ghost_nodes.size() +
@@ -598,6 +647,11 @@ void FixTorchFinetune::init()
 
   // the teacher gets its own neighbor list; it must fit in the ghost shell
   teacher->init();
+  // LAMMPS sizes its communication buffers from force->pair and the fixes:
+  // the teacher (not force->pair) communicates through them too (e.g. eam
+  // 1/1, meam 38/30 values per atom, a layered torch model its features)
+  comm_forward = std::max(3, teacher->comm_forward);
+  comm_reverse = std::max(3, teacher->comm_reverse);
   const double skin = neighbor->skin;
   const double cut_student = force->pair->cutforce;
   const double cut_teacher = teacher->cutforce;
@@ -1058,6 +1112,9 @@ void FixTorchFinetune::train_replay(Replay &r, MLTorch::Model &model)
   in.edge_vectors = r.edge_vec.data();
   in.edge_index = r.edge_index.data();
   in.species = r.species.data();
+  // a piece stored under the halo exchange holds ghosts one cutoff deep
+  Replay::Halo halo(r, world);
+  if (student->halo_exchange()) in.halo = &halo;
   double e_part = 0.0, w_part[6];
   std::vector<double> nf;
   try {

@@ -50,6 +50,27 @@ namespace MLTorchCompat {
 #endif
   }
 
+  // the same for a pair style's data of `size` values per atom (at most its
+  // comm_forward / comm_reverse); LAMMPS 2021 takes the pair's own sizes
+  template <class P> inline void forward_comm(Comm *comm, P *pair, int size)
+  {
+#ifdef ML_TORCH_LAMMPS_LEGACY
+    (void) size;
+    comm->forward_comm_pair(pair);
+#else
+    comm->forward_comm(pair, size);
+#endif
+  }
+  template <class P> inline void reverse_comm(Comm *comm, P *pair, int size)
+  {
+#ifdef ML_TORCH_LAMMPS_LEGACY
+    (void) size;
+    comm->reverse_comm_pair(pair);
+#else
+    comm->reverse_comm(pair, size);
+#endif
+  }
+
   // give the neighbor request of `requestor` (made in its init_style) a cutoff
   // of its own; returns false when it has no request
   inline bool set_request_cutoff(Neighbor *neighbor, void *requestor, double cutoff)

@@ -24,6 +24,7 @@
 #include "update.h"
 
 #include "committee.h"
+#include "halo.h"
 #include "model.h"
 
 #include <algorithm>
@@ -44,11 +45,30 @@ static const char cite_ml_torch[] =
     " note = {LAMMPS package, version 0.1.0}\n"
     "}\n\n";
 
+/* ----------------------------------------------------------------------
+   the halo exchange a layered model calls between its layers: LAMMPS's
+   forward and reverse communication of this pair style
+------------------------------------------------------------------------- */
+
+struct PairTorch::HaloComm : public MLTorch::HaloExchange {
+  explicit HaloComm(PairTorch *p) : pair(p) {}
+  void forward(const double *owned, double *all, int width) override
+  {
+    pair->halo_forward(owned, all, width);
+  }
+  void reverse(const double *all, double *owned, int width) override
+  {
+    pair->halo_reverse(all, owned, width);
+  }
+  PairTorch *pair;
+};
+
 /* ---------------------------------------------------------------------- */
 
 PairTorch::PairTorch(LAMMPS *lmp) :
     Pair(lmp), device_name("cpu"), nthreads(0), cutoff(0.0), cutghost_model(0.0), nlayers(1),
-    output(std::make_unique<MLTorch::GraphOutput>()), ncounted(0)
+    halo(std::make_unique<HaloComm>(this)), output(std::make_unique<MLTorch::GraphOutput>()),
+    ncounted(0)
 {
   single_enable = 0;
   restartinfo = 0;
@@ -102,6 +122,7 @@ void PairTorch::settings(int narg, char **arg)
   nthreads = 0;
   device_name = "cpu";
   committee_mean = false;
+  halo_thick = false;
   int iarg = 0;
   while (iarg < narg) {
     if (strcmp(arg[iarg], "threads") == 0) {
@@ -124,9 +145,20 @@ void PairTorch::settings(int narg, char **arg)
         error->all(FLERR, "Illegal pair_style torch committee value {}: must be first or mean",
                    arg[iarg + 1]);
       iarg += 2;
+    } else if (strcmp(arg[iarg], "halo") == 0) {
+      if (iarg + 2 > narg) MLTorchCompat::missing_args(FLERR, "pair_style torch halo", error);
+      if (strcmp(arg[iarg + 1], "thick") == 0)
+        halo_thick = true;
+      else if (strcmp(arg[iarg + 1], "exchange") == 0)
+        halo_thick = false;
+      else
+        error->all(FLERR, "Illegal pair_style torch halo value {}: must be exchange or thick",
+                   arg[iarg + 1]);
+      iarg += 2;
     } else {
       error->all(FLERR,
-                 "Unknown pair_style torch keyword: {} (expected threads, device or committee)",
+                 "Unknown pair_style torch keyword: {} (expected threads, device, committee or "
+                 "halo)",
                  arg[iarg]);
     }
   }
@@ -266,7 +298,19 @@ void PairTorch::coeff(int narg, char **arg)
 
   cutoff = meta.cutoff;
   nlayers = meta.num_interaction_layers;
-  ghostneigh = (nlayers > 1) ? 1 : 0;
+  use_exchange = false;
+  feature_width = 0;
+  if (nlayers > 1 && !halo_thick) {
+    // every member layered (the committee check made their depths equal)
+    use_exchange = true;
+    for (const auto &m : members) {
+      use_exchange = use_exchange && m->metadata().layered;
+      if (m->metadata().layered)
+        for (int w : m->metadata().feature_widths) feature_width = std::max(feature_width, w);
+    }
+  }
+  // thick ghosts: edges around ghost centres too (ghost neighbor lists)
+  ghostneigh = (nlayers > 1 && !use_exchange) ? 1 : 0;
   // a message-passing model's atomic energy depends on edges around other
   // atoms: no per-atom centroid virial follows from the edge gradients, and
   // a pairwise split would be wrong (compute centroid/stress/atom refuses it)
@@ -288,8 +332,22 @@ void PairTorch::coeff(int narg, char **arg)
     utils::logmesg(lmp,
                    "pair_style torch: committee of {} models (MD on {}): {}\n", members.size(),
                    committee_mean ? "their mean" : "the first", join_words(member_files));
-  // per-member forces travel to their owners in one reverse communication
-  comm_reverse = members.size() > 1 ? 3 * static_cast<int>(members.size()) : 0;
+  if (comm->me == 0 && nlayers > 1)
+    utils::logmesg(lmp,
+                   "pair_style torch: {}\n",
+                   use_exchange
+                       ? fmt::format("layered model: per-layer halo exchange of {} features per atom "
+                                     "between its {} layers, ghost atoms one cutoff deep",
+                                     join_words(meta.feature_widths), nlayers)
+                       : fmt::format("{} message-passing layers on thick ghosts ({} x cutoff){}",
+                                     nlayers, nlayers,
+                                     halo_thick ? " ('halo thick')"
+                                                : ": the model is not layered (see mltorch.export)"));
+  // per-member forces travel to their owners in one reverse communication;
+  // the exchange moves feature_width values per atom both ways
+  comm_forward = use_exchange ? feature_width : 0;
+  comm_reverse = std::max(members.size() > 1 ? 3 * static_cast<int>(members.size()) : 0,
+                          use_exchange ? feature_width : 0);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -317,19 +375,28 @@ void PairTorch::init_style()
                "hybrid sub-style; use it as the only pair style",
                model_file, nlayers);
 
-  MLTorchCompat::request_full_list(neighbor, this, nlayers > 1, instance_me);
+  MLTorchCompat::request_full_list(neighbor, this, nlayers > 1 && !use_exchange, instance_me);
+
+  // pair_style hybrid took its sub-styles' communication sizes in its
+  // settings, before pair_coeff gave this style its committee (3 values per
+  // member and atom): Comm sizes its buffers from the hybrid style's
+  if (force->pair && force->pair != this && !private_instance) {
+    force->pair->comm_forward = std::max(force->pair->comm_forward, comm_forward);
+    force->pair->comm_reverse = std::max(force->pair->comm_reverse, comm_reverse);
+  }
 
   // a model with L message-passing layers sees atoms L cutoffs away:
   // make LAMMPS keep ghost atoms out to L*rc (+ skin for atom motion).
   // comm_modify mode multi takes per-type cutoffs and ignores that setting
   // (cutghostuser is for mode single): the model would miss ghosts silently
-  if (nlayers > 1 && comm->mode != Comm::SINGLE)
+  if (nlayers > 1 && !use_exchange && comm->mode != Comm::SINGLE)
     error->all(FLERR,
                "Pair style torch: message-passing model {} ({} layers) needs ghost atoms out to "
                "{} x cutoff + skin, which comm_modify mode multi does not provide; use "
                "'comm_modify mode single'",
                model_file, nlayers, nlayers);
-  if (nlayers > 1) {
+  log_ghosts = nlayers > 1;
+  if (nlayers > 1 && !use_exchange) {
     cutghost_model = nlayers * cutoff + neighbor->skin;
     if (comm->cutghostuser < cutghost_model) {
       comm->cutghostuser = cutghost_model;
@@ -475,6 +542,7 @@ void PairTorch::graph_input(MLTorch::GraphInput &in) const
   in.edge_vectors = edge_vec.data();
   in.edge_index = edge_index.data();
   in.species = species.data();
+  in.halo = use_exchange ? halo.get() : nullptr;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -495,6 +563,7 @@ void PairTorch::compute(int eflag, int vflag)
   // may have set its own since our last step
   MLTorch::set_num_threads(torch_threads);
   build_graph();
+  if (log_ghosts) log_ghost_counts(static_cast<double>(node2atom.size()));
 
   MLTorch::GraphInput in;
   graph_input(in);
@@ -665,8 +734,88 @@ void PairTorch::add_edge_forces(const double *edge_grad, double *dst, int stride
 
 /* ---------------------------------------------------------------------- */
 
+/* ----------------------------------------------------------------------
+   the halo exchange on the current graph (nodes [0, ncounted) are the
+   owned atoms): owners' rows to their ghost copies, periodic images on
+   this rank included, by LAMMPS's forward communication; the adjoint sums
+   every ghost copy's row into its owner by reverse communication
+------------------------------------------------------------------------- */
+
+void PairTorch::halo_forward(const double *owned, double *all, int width)
+{
+  const int nall = atom->nlocal + atom->nghost;
+  const std::size_t w = width;
+  halo_buf.assign(static_cast<std::size_t>(nall) * w, 0.0);
+  for (int n = 0; n < ncounted; ++n)
+    std::memcpy(halo_buf.data() + node2atom[n] * w, owned + n * w, sizeof(double) * w);
+  commflag = COMM_FEATURES;
+  comm_width = width;
+  MLTorchCompat::forward_comm(comm, this, width);
+  commflag = COMM_MEMBER_FORCES;
+  const std::size_t nnodes = node2atom.size();
+  for (std::size_t n = 0; n < nnodes; ++n)
+    std::memcpy(all + n * w, halo_buf.data() + node2atom[n] * w, sizeof(double) * w);
+}
+
+void PairTorch::halo_reverse(const double *all, double *owned, int width)
+{
+  const int nall = atom->nlocal + atom->nghost;
+  const std::size_t w = width;
+  halo_buf.assign(static_cast<std::size_t>(nall) * w, 0.0);
+  const std::size_t nnodes = node2atom.size();
+  for (std::size_t n = 0; n < nnodes; ++n)
+    std::memcpy(halo_buf.data() + node2atom[n] * w, all + n * w, sizeof(double) * w);
+  commflag = COMM_FEATURES;
+  comm_width = width;
+  MLTorchCompat::reverse_comm(comm, this, width);
+  commflag = COMM_MEMBER_FORCES;
+  for (int n = 0; n < ncounted; ++n)
+    std::memcpy(owned + n * w, halo_buf.data() + node2atom[n] * w, sizeof(double) * w);
+}
+
+/* ----------------------------------------------------------------------
+   first force call of a run with a message-passing model: the ghost atoms
+   per rank (thick ghosts grow with the layer count, the exchange does not)
+------------------------------------------------------------------------- */
+
+void PairTorch::log_ghost_counts(double nnodes)
+{
+  log_ghosts = false;
+  const double mine[3] = {static_cast<double>(atom->nghost), nnodes, static_cast<double>(atom->nlocal)};
+  double lo[3], hi[3], sum[3];
+  MPI_Allreduce(mine, lo, 3, MPI_DOUBLE, MPI_MIN, world);
+  MPI_Allreduce(mine, hi, 3, MPI_DOUBLE, MPI_MAX, world);
+  MPI_Allreduce(mine, sum, 3, MPI_DOUBLE, MPI_SUM, world);
+  if (comm->me == 0)
+    utils::logmesg(lmp,
+                   "pair_style torch: {}: ghost atoms per rank {:.0f} to {:.0f} (mean {:.1f}), "
+                   "graph nodes per rank {:.0f} to {:.0f} for {:.0f} owned atoms\n",
+                   use_exchange ? "halo exchange" : "thick ghosts", lo[0], hi[0],
+                   sum[0] / comm->nprocs, lo[1], hi[1], sum[2]);
+}
+
+/* ---------------------------------------------------------------------- */
+
+int PairTorch::pack_forward_comm(int n, int *list, double *buf, int /*pbc_flag*/, int * /*pbc*/)
+{
+  const std::size_t w = comm_width;
+  for (int i = 0; i < n; ++i) std::memcpy(buf + i * w, halo_buf.data() + list[i] * w, sizeof(double) * w);
+  return n * comm_width;
+}
+
+void PairTorch::unpack_forward_comm(int n, int first, double *buf)
+{
+  const std::size_t w = comm_width;
+  std::memcpy(halo_buf.data() + first * w, buf, sizeof(double) * w * n);
+}
+
 int PairTorch::pack_reverse_comm(int n, int first, double *buf)
 {
+  if (commflag == COMM_FEATURES) {
+    const std::size_t w = comm_width;
+    std::memcpy(buf, halo_buf.data() + first * w, sizeof(double) * w * n);
+    return n * comm_width;
+  }
   const int width = 3 * static_cast<int>(members.size());
   int m = 0;
   for (int i = first; i < first + n; ++i)
@@ -676,6 +825,14 @@ int PairTorch::pack_reverse_comm(int n, int first, double *buf)
 
 void PairTorch::unpack_reverse_comm(int n, int *list, double *buf)
 {
+  if (commflag == COMM_FEATURES) {
+    const std::size_t w = comm_width;
+    for (int i = 0; i < n; ++i) {
+      double *row = halo_buf.data() + list[i] * w;
+      for (std::size_t k = 0; k < w; ++k) row[k] += buf[i * w + k];
+    }
+    return;
+  }
   const int width = 3 * static_cast<int>(members.size());
   int m = 0;
   for (int i = 0; i < n; ++i)

@@ -43,8 +43,19 @@ class PairTorch : public Pair {
   double memory_usage() override;
   void *extract(const char *, int &) override;
   void finish() override;
+  int pack_forward_comm(int, int *, double *, int, int *) override;
+  void unpack_forward_comm(int, int, double *) override;
   int pack_reverse_comm(int, int, double *) override;
   void unpack_reverse_comm(int, int *, double *) override;
+
+  // the per-layer halo exchange of a layered model on the current graph
+  // (MLTorch::HaloExchange): owned rows [n_local][width] -> all nodes' rows
+  // by forward communication, and its adjoint by reverse communication.
+  // Collective; host buffers. torch/kk overrides them for device buffers.
+  virtual void halo_forward(const double *owned, double *all, int width);
+  virtual void halo_reverse(const double *all, double *owned, int width);
+  // true when this style evaluates its layered model(s) with the exchange
+  bool halo_exchange() const { return use_exchange; }
 
   // the loaded model (nullptr before pair_coeff); fixes that keep using it
   // (fix torch/finetune) hold it through shared_model(), so it outlives a
@@ -145,6 +156,19 @@ class PairTorch : public Pair {
   double cutoff;              // model cutoff
   double cutghost_model;      // ghost cutoff requested for message-passing models
   int nlayers;                // message-passing layers (1 = strictly local)
+  // 'halo thick' forces thick ghosts for a layered model; otherwise a
+  // layered model (every committee member layered) uses the exchange
+  bool halo_thick = false;
+  bool use_exchange = false;
+  int feature_width = 0;      // widest feature vector exchanged (comm buffer size)
+  bool log_ghosts = false;    // log the ghost counts on the next force call
+  // what pack/unpack_*_comm move (LAMMPS's commflag convention)
+  enum { COMM_MEMBER_FORCES, COMM_FEATURES };
+  int commflag = COMM_MEMBER_FORCES;
+  int comm_width = 0;                 // values per atom of COMM_FEATURES
+  std::vector<double> halo_buf;       // [nall][comm_width] features by atom
+  struct HaloComm;
+  std::unique_ptr<HaloComm> halo;     // the MLTorch::HaloExchange handed to the model
   bool centroid_supported = true;    // false: this variant computes no centroid virial
   std::vector<int> type2species;    // LAMMPS type -> model species, -1 for NULL
 
@@ -164,6 +188,7 @@ class PairTorch : public Pair {
   void build_graph();
   void graph_input(MLTorch::GraphInput &in) const;
   void check_finite();
+  void log_ghost_counts(double nnodes);
   void collective_check(bool ok, const std::string &message);
   std::string torch_device() const;
 

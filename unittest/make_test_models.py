@@ -150,6 +150,24 @@ def main(out):
                model_type=name + " with perturbed parameters (committee tests)",
                architecture=meta["architecture"]["kwargs"])
 
+    # a 4-layer layered message-passing Si model (per-layer halo exchange
+    # tests): si_mp2's trained descriptor, encoder, first layer and readout,
+    # two more interaction layers with small random weights (fixed seed)
+    from mltorch.models import MPNet  # noqa: E402
+    mp2, meta2 = rebuild(os.path.join(here, "..", "potentials", "si_mp2.pt"))
+    torch.manual_seed(44)
+    mp4 = MPNet(cutoff=4.0, n_species=1, num_layers=4).double()
+    with torch.no_grad():
+        for name, p in mp4.named_parameters():
+            if not name.startswith(("filters.", "values.", "updates.")) or ".0." in name[:11]:
+                continue
+            p.mul_(0.1)
+    missing = mp4.load_state_dict(mp2.state_dict(), strict=False)
+    assert not missing.unexpected_keys
+    export(mp4, os.path.join(out, "si_mp4_layered.pt"), cutoff=4.0, elements=["Si"], units="metal",
+           num_interaction_layers=4, model_type="MPNet-4 (si_mp2 + 2 small random layers), tests",
+           architecture={"cutoff": 4.0, "n_species": 1, "num_layers": 4})
+
     # a trainable local Si model with a shorter cutoff than si_mp2's (3.5 vs
     # 4.0), for the teacher-cutoff error tests; random weights, fixed seed
     from mltorch.models import LocalMBNet  # noqa: E402

@@ -334,9 +334,10 @@ Domain make_domain(const std::vector<double> &x, const std::vector<int> &owner, 
   return d;
 }
 
-MLTorch::GraphInput input_of(const Domain &d)
+MLTorch::GraphInput input_of(const Domain &d, MLTorch::HaloExchange *halo = nullptr)
 {
   MLTorch::GraphInput in;
+  in.halo = halo;
   in.n_nodes = static_cast<int64_t>(d.node_atom.size());
   in.n_local = d.n_local;
   in.n_edges = d.n_edges;
@@ -348,7 +349,8 @@ MLTorch::GraphInput input_of(const Domain &d)
 
 // gradient of L = sum_i |F_i - Fref_i|^2 + (E - Eref)^2 over the given domains
 std::vector<double> loss_gradient(MLTorch::Model &m, const std::vector<Domain> &domains, int natoms,
-                                  const std::vector<double> &fref, double eref, std::vector<double> &forces)
+                                  const std::vector<double> &fref, double eref, std::vector<double> &forces,
+                                  MLTorch::HaloExchange *halo = nullptr)
 {
   std::vector<std::vector<double>> partial(domains.size());
   forces.assign(3 * natoms, 0.0);
@@ -358,7 +360,7 @@ std::vector<double> loss_gradient(MLTorch::Model &m, const std::vector<Domain> &
   // (each domain keeps its autograd graph until its own stage 2, so run them in turn)
   std::vector<double> energies(domains.size());
   for (std::size_t k = 0; k < domains.size(); k++) {
-    m.forward_train(input_of(domains[k]), energies[k], partial[k]);
+    m.forward_train(input_of(domains[k], halo), energies[k], partial[k]);
     for (std::size_t n = 0; n < domains[k].node_atom.size(); n++)
       for (int c = 0; c < 3; c++) forces[3 * domains[k].node_atom[n] + c] += partial[k][3 * n + c];
     energy += energies[k];
@@ -369,7 +371,7 @@ std::vector<double> loss_gradient(MLTorch::Model &m, const std::vector<Domain> &
     double e_k;
     std::vector<double> f_k;
     m.zero_grad();
-    m.forward_train(input_of(domains[k]), e_k, f_k);
+    m.forward_train(input_of(domains[k], halo), e_k, f_k);
     std::vector<double> w(f_k.size());
     for (std::size_t n = 0; n < domains[k].node_atom.size(); n++)
       for (int c = 0; c < 3; c++) {
@@ -383,6 +385,157 @@ std::vector<double> loss_gradient(MLTorch::Model &m, const std::vector<Domain> &
   return grad;
 }
 }    // namespace
+
+namespace {
+// the halo exchange of one domain holding every atom: ghost rows are the
+// owners' rows (periodic images), the adjoint sums them back
+struct OwnerHalo : public MLTorch::HaloExchange {
+  explicit OwnerHalo(const Domain &d) : owner(d.node_atom), n_local(d.n_local) {}
+  void forward(const double *owned, double *all, int w) override
+  {
+    ++calls;
+    for (std::size_t n = 0; n < owner.size(); ++n)
+      for (int k = 0; k < w; ++k) all[n * w + k] = owned[owner[n] * w + k];
+  }
+  void reverse(const double *all, double *owned, int w) override
+  {
+    ++calls;
+    std::fill(owned, owned + n_local * w, 0.0);
+    for (std::size_t n = 0; n < owner.size(); ++n)
+      for (int k = 0; k < w; ++k) owned[owner[n] * w + k] += all[n * w + k];
+  }
+  std::vector<int> owner;
+  int64_t n_local;
+  int calls = 0;
+};
+
+// a domain with every atom of a periodic cell: its images one shell deep
+Domain whole_cell(const Config &c, double rc)
+{
+  const int n = static_cast<int>(c.species.size());
+  std::vector<double> x(c.pos);
+  std::vector<int> owner(n);
+  for (int a = 0; a < n; a++) owner[a] = a;
+  for (int i = -1; i <= 1; i++)
+    for (int j = -1; j <= 1; j++)
+      for (int k = -1; k <= 1; k++) {
+        if (!i && !j && !k) continue;
+        for (int a = 0; a < n; a++) {
+          for (int d = 0; d < 3; d++)
+            x.push_back(c.pos[3 * a + d] + i * c.cell[0][d] + j * c.cell[1][d] + k * c.cell[2][d]);
+          owner.push_back(a);
+        }
+      }
+  return make_domain(x, owner, n, std::vector<bool>(n, true), rc);
+}
+
+// the thick-ghost graph of the reference builder, as a Domain
+Domain thick_cell(const Config &c, double rc, int nshell)
+{
+  const auto g = MLTorchTest::build_reference_graph(c.pos, c.species, c.cell, c.periodic, nshell, rc);
+  Domain d;
+  d.node_atom = g.owner;
+  d.ev = g.edge_vectors;
+  d.index = g.edge_index;
+  d.species = g.species;
+  d.n_local = g.n_local;
+  d.n_edges = static_cast<int64_t>(g.centre.size());
+  return d;
+}
+}    // namespace
+
+/* ----------------------------------------------------------------------
+   a layered model with the halo exchange (the exchange an autograd
+   operator) equals its single call on thick ghosts: energy, forces, virial
+   (first derivatives) and the fine-tuning loss gradient by the parameters
+   (second derivatives), 2 and 4 layers
+------------------------------------------------------------------------- */
+
+TEST(LayeredModel, ExchangeEqualsThickGhosts)
+{
+  for (const std::string path : {potentials + "/si_mp2.pt", test_models + "/si_mp4_layered.pt"}) {
+    auto m = load(path);
+    const auto &meta = m->metadata();
+    ASSERT_TRUE(meta.layered) << path;
+    const int layers = meta.num_interaction_layers;
+    ASSERT_EQ(static_cast<int>(meta.feature_widths.size()), layers - 1);
+    const double rc = meta.cutoff;
+    Config c = lattice(diamond, 5.431, 2, 0.2, 17, 0.7);    // triclinic
+    const int n = static_cast<int>(c.species.size());
+    const Domain ex = whole_cell(c, rc), thick = thick_cell(c, rc, layers <= 2 ? 1 : 2);
+    OwnerHalo halo(ex);
+
+    // first derivatives: per-owner forces and the virial from the edge gradients
+    auto forces_virial = [&](const Domain &d, MLTorch::HaloExchange *h, double &e, std::vector<double> &f,
+                             std::vector<double> &w) {
+      MLTorch::GraphOutput out;
+      m->evaluate(input_of(d, h), out, true);
+      e = out.energy;
+      f.assign(3 * n, 0.0);
+      w.assign(9, 0.0);
+      for (int64_t k = 0; k < d.n_edges; ++k)
+        for (int a = 0; a < 3; ++a) {
+          f[3 * d.node_atom[d.index[k]] + a] += out.edge_grad[3 * k + a];
+          f[3 * d.node_atom[d.index[d.n_edges + k]] + a] -= out.edge_grad[3 * k + a];
+          for (int b = 0; b < 3; ++b) w[3 * a + b] -= d.ev[3 * k + a] * out.edge_grad[3 * k + b];
+        }
+    };
+    double e_ex, e_th;
+    std::vector<double> f_ex, f_th, w_ex, w_th;
+    forces_virial(ex, &halo, e_ex, f_ex, w_ex);
+    EXPECT_EQ(halo.calls, 2 * (layers - 1)) << "one exchange and one reverse exchange per layer";
+    forces_virial(thick, nullptr, e_th, f_th, w_th);
+    EXPECT_LE(std::fabs(e_ex - e_th), 1e-12 * std::fabs(e_th)) << path;
+    EXPECT_LE(max_rel_dev(f_ex, f_th), 1e-12) << path;
+    EXPECT_LE(max_rel_dev(w_ex, w_th), 1e-12) << path;
+    EXPECT_LT(2 * ex.n_edges, thick.n_edges) << "edges around owned atoms only";
+
+    // second derivatives: the loss gradient by the parameters
+    std::mt19937 gen(9);
+    std::normal_distribution<double> noise(0.0, 0.3);
+    std::vector<double> fref(3 * n), fa, fb;
+    for (auto &v : fref) v = noise(gen);
+    const auto g_ex = loss_gradient(*m, {ex}, n, fref, e_th + 1.0, fa, &halo);
+    const auto g_th = loss_gradient(*m, {thick}, n, fref, e_th + 1.0, fb);
+    const double dgrad = max_rel_dev(g_ex, g_th);
+    EXPECT_LE(dgrad, 1e-12) << path;
+    double gmax = 0.0;
+    for (double v : g_th) gmax = std::max(gmax, std::fabs(v));
+    EXPECT_GT(gmax, 0.0);
+    std::printf("[ layered  ] %d layers, %d atoms: %lld edges (exchange) vs %lld (thick); energy %.2e, "
+                "forces %.2e, virial %.2e, loss gradient %.2e\n", layers, n, (long long) ex.n_edges,
+                (long long) thick.n_edges, std::fabs(e_ex - e_th) / std::fabs(e_th),
+                max_rel_dev(f_ex, f_th), max_rel_dev(w_ex, w_th), dgrad);
+  }
+}
+
+/* ----------------------------------------------------------------------
+   the exchange operator: X^T is the adjoint of X, and the backward of each
+   is the other (so derivatives of any order go through)
+------------------------------------------------------------------------- */
+
+TEST(LayeredModel, ExchangeAndReverseAreAdjoint)
+{
+  const Config c = lattice(diamond, 5.431, 1, 0.1, 3);
+  const Domain d = whole_cell(c, 4.0);
+  OwnerHalo halo(d);
+  auto m = load(potentials + "/si_mp2.pt");
+  // <X u, v> = <u, X^T v> for random u (owned rows) and v (all rows)
+  std::mt19937 gen(1);
+  std::normal_distribution<double> z(0.0, 1.0);
+  const int w = 5;
+  const std::size_t nn = d.node_atom.size(), nl = d.n_local;
+  std::vector<double> u(nl * w), v(nn * w), xu(nn * w), xtv(nl * w);
+  for (auto &a : u) a = z(gen);
+  for (auto &a : v) a = z(gen);
+  halo.forward(u.data(), xu.data(), w);
+  halo.reverse(v.data(), xtv.data(), w);
+  double lhs = 0.0, rhs = 0.0;
+  for (std::size_t k = 0; k < xu.size(); ++k) lhs += xu[k] * v[k];
+  for (std::size_t k = 0; k < u.size(); ++k) rhs += u[k] * xtv[k];
+  EXPECT_NEAR(lhs, rhs, 1e-12 * std::fabs(rhs));
+  EXPECT_GT(nn, nl);
+}
 
 TEST(TrainingErrors, WrongNumberOfForceWeights)
 {

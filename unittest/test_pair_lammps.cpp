@@ -561,6 +561,99 @@ TEST(NVE, SiliconLocalModelConservesEnergy)
 
 /* ---------------------------------------------------------------------- */
 
+/* ----------------------------------------------------------------------
+   per-layer halo exchange vs thick ghosts, the same layered model: energy,
+   forces, global and per-atom virial, per-atom energy at set-up and after
+   NVE steps (atoms migrate, lists are rebuilt), orthogonal and triclinic,
+   with an empty rank (slab), and in a box so small that a rank holds
+   periodic images of its own atoms; 1-4 ranks (ctest HaloExchange_np*)
+------------------------------------------------------------------------- */
+
+struct HaloCase {
+  std::string name, model;
+  int nrep;
+  bool triclinic, slab;
+};
+
+static void PrintTo(const HaloCase &c, std::ostream *os)
+{
+  *os << c.name;
+}
+
+class HaloExchange : public ::testing::TestWithParam<HaloCase> {};
+
+TEST_P(HaloExchange, EqualsThickGhosts)
+{
+  const HaloCase &c = GetParam();
+  const std::string coeff = "\npair_coeff * * " + c.model + " Si";
+  System sys{c.name, crystal("lattice diamond 5.431", 28.0855, c.triclinic, c.nrep, c.slab),
+             "pair_style torch halo thick" + coeff, "pair_style torch" + coeff, true, false};
+  const auto thick = simulate(sys, false, 5);
+  const auto exchange = simulate(sys, true, 5);
+  const double tol = 1e-12;
+  for (int k = 0; k < 2; k++) {
+    const auto &a = exchange[k], &b = thick[k];
+    const std::string tag = c.name + (k == 0 ? " run0" : " run5");
+    const double dpe = std::fabs(a.pe - b.pe) / std::fabs(b.pe);
+    const double dvir = max_rel_dev(a.virial, b.virial);
+    const double df = max_rel_dev(a.f, b.f);
+    const double dx = max_rel_dev(a.x, b.x);
+    const double dpa = max_rel_dev(a.peatom, b.peatom);
+    const double dsa = max_rel_dev(a.satom, b.satom);
+    EXPECT_LE(dpe, tol) << tag << " energy " << a.pe << " vs " << b.pe;
+    EXPECT_LE(dvir, tol) << tag << " virial";
+    EXPECT_LE(df, tol) << tag << " forces";
+    EXPECT_LE(dx, tol) << tag << " positions";
+    EXPECT_LE(dpa, tol) << tag << " per-atom energy";
+    EXPECT_LE(dsa, tol) << tag << " per-atom virial";
+    report(tag + " pe", dpe);
+    report(tag + " f", df);
+    report(tag + " virial", dvir);
+    report(tag + " pe/atom", dpa);
+    report(tag + " stress/atom", dsa);
+  }
+}
+
+static const std::string mp2 = potentials + "/si_mp2.pt", mp4 = test_models + "/si_mp4_layered.pt";
+INSTANTIATE_TEST_SUITE_P(Layered, HaloExchange,
+                         ::testing::Values(HaloCase{"mp2", mp2, 3, false, false},
+                                           HaloCase{"mp2_triclinic", mp2, 3, true, false},
+                                           HaloCase{"mp2_slab", mp2, 3, false, true},
+                                           HaloCase{"mp2_self_images", mp2, 1, false, false},
+                                           HaloCase{"mp4", mp4, 2, false, false},
+                                           HaloCase{"mp4_triclinic", mp4, 2, true, false},
+                                           HaloCase{"mp4_slab", mp4, 2, false, true},
+                                           HaloCase{"mp4_self_images", mp4, 1, true, false}),
+                         [](const auto &info) { return info.param.name; });
+
+/* ----------------------------------------------------------------------
+   the exchange's ghost shell is one cutoff (+ skin) whatever the depth;
+   thick ghosts grow with it; the log says which is used
+------------------------------------------------------------------------- */
+
+TEST(HaloGhosts, OneCutoffOfGhostsWhateverTheDepth)
+{
+  auto ghosts = [](const std::string &style, const std::string &model) {
+    Lammps l;
+    l.cmds(crystal("lattice diamond 5.431", 28.0855, false, 3));
+    l.cmds({style, "pair_coeff * * " + model + " Si", "run 0 post no"});
+    double mine = l.lmp->atom->nghost, sum = 0.0;
+    MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    return sum;
+  };
+  const double g2 = ghosts("pair_style torch", mp2), g4 = ghosts("pair_style torch", mp4);
+  const double t2 = ghosts("pair_style torch halo thick", mp2),
+               t4 = ghosts("pair_style torch halo thick", mp4);
+  const double local = ghosts("pair_style torch", potentials + "/si_local.pt");
+  if (me == 0)
+    std::printf("[ ghosts   ] 216 Si atoms, %d rank(s): exchange %.0f (2 layers) %.0f (4 layers), "
+                "thick %.0f / %.0f, one-cutoff model %.0f\n", nprocs, g2, g4, t2, t4, local);
+  EXPECT_EQ(g2, local);
+  EXPECT_EQ(g4, local);
+  EXPECT_GT(t2, 1.5 * g2);
+  EXPECT_GT(t4, 1.5 * t2);
+}
+
 int main(int argc, char **argv)
 {
   return mpi_test_main(argc, argv, me, nprocs, verbose);

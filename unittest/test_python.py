@@ -124,6 +124,24 @@ class Exporter(unittest.TestCase):
                               dtype=dtype, num_interaction_layers=layers)
                 self.assertEqual(meta["dtype"], dtype)
 
+    def test_layered_model_records_its_feature_widths(self):
+        # MPNet has the stages: stored in layered form, checked against forward()
+        meta = export(MPNet(4.0, 2, num_layers=3), self.path, cutoff=4.0, elements=["Si", "C"],
+                      units="metal", num_interaction_layers=3)
+        self.assertEqual(meta["layered"], {"feature_widths": [24, 24]})
+        self.assertEqual(read_metadata(self.path)["layered"], meta["layered"])
+        # a strictly local model, or a module without the stages, is not layered
+        meta = export(LocalMBNet(4.0, 2), self.path, cutoff=4.0, elements=["Si", "C"], units="metal")
+        self.assertNotIn("layered", meta)
+
+    def test_refuses_stages_that_differ_from_forward(self):
+        class Wrong(MPNet):
+            @torch.jit.export
+            def stage_readout(self, h: torch.Tensor, species: torch.Tensor, n_local: int) -> torch.Tensor:
+                return 1.01 * (self.energy_shift[species[:n_local]] + self.readout(h).squeeze(-1))
+        self.refused(Wrong(4.0, 1, num_layers=2), "the layered stages do not reproduce forward()",
+                     cutoff=4.0, num_interaction_layers=2)
+
     def test_info_command(self):
         export(Good(), self.path, model_type="test-model", **self.meta)
         out = subprocess.run([sys.executable, "-m", "mltorch.info", self.path], capture_output=True,

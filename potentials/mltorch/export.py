@@ -22,6 +22,8 @@ import tempfile
 
 import torch
 
+from . import layered
+
 FORMAT_VERSION = 1
 METADATA_NAME = "mltorch_metadata.json"
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -89,6 +91,44 @@ def check_contract(scripted, cutoff, n_species, dtype):
                           f"{float(e_rot):.10g} after a rotation)")
 
 
+def _test_cell(cutoff, n_species, seed=4321):
+    """A small triclinic periodic cell (8 atoms, side 1.4 cutoffs): every atom
+    sees periodic images of itself and of the others within the cutoff."""
+    gen = torch.Generator().manual_seed(seed)
+    side = 1.4 * cutoff
+    cell = side * torch.tensor([[1.0, 0.0, 0.0], [0.15, 1.0, 0.0], [-0.1, 0.2, 1.0]],
+                               dtype=torch.float64)
+    grid = torch.tensor([[i, j, k] for i in range(2) for j in range(2) for k in range(2)],
+                        dtype=torch.float64)
+    frac = (grid + 0.5 + 0.15 * (torch.rand(8, 3, generator=gen, dtype=torch.float64) - 0.5)) / 2.0
+    species = torch.randint(0, n_species, (8,), generator=gen)
+    return frac @ cell, cell, species
+
+
+def check_layered(scripted, cutoff, n_species, dtype, num_interaction_layers):
+    """The stages with the halo exchange against forward() on thick ghosts, on a
+    periodic cell; returns the feature widths exchanged between the layers."""
+    pos, cell, species = _test_cell(cutoff, n_species)
+    try:
+        e_l, f_l, widths = layered.evaluate(scripted, num_interaction_layers, pos, cell, species,
+                                            cutoff, layered=True)
+    except Exception as e:
+        raise ExportError(f"the layered stages failed on a periodic test cell: {e}")
+    e_t, f_t, _ = layered.evaluate(scripted, num_interaction_layers, pos, cell, species, cutoff,
+                                   layered=False)
+    tol = 1e-4 if dtype == "float32" else 1e-12
+    e_t, f_t, e_l, f_l = e_t.detach(), f_t.detach(), e_l.detach(), f_l.detach()
+    scale_e = max(1.0, float(e_t.abs().max()))
+    scale_f = max(1.0, float(f_t.abs().max()))
+    de = float((e_l - e_t).abs().max())
+    df = float((f_l - f_t).abs().max())
+    if de > tol * scale_e or df > tol * scale_f:
+        raise ExportError(f"the layered stages do not reproduce forward(): per-atom energies differ "
+                          f"by {de:.3g} eV and forces by {df:.3g} eV/A on a periodic test cell "
+                          f"(tolerance {tol:g} relative)")
+    return widths
+
+
 def content_hash(scripted):
     """sha256 over the TorchScript code and every parameter and buffer."""
     h = hashlib.sha256(scripted.code.encode())
@@ -124,6 +164,12 @@ def export(module, path, *, cutoff, elements, units, dtype="float64",
         raise ExportError(f"the module cannot be compiled to TorchScript: {e}")
     if check:
         check_contract(scripted, float(cutoff), len(elements), dtype)
+    # a module with the stages (mltorch.layered) is stored in layered form:
+    # pair_style torch then runs it with the per-layer halo exchange
+    widths = None
+    if layered.is_layered(module) and int(num_interaction_layers) > 1:
+        widths = check_layered(scripted, float(cutoff), len(elements), dtype,
+                               int(num_interaction_layers))
     meta = {
         "format_version": FORMAT_VERSION,
         "cutoff": float(cutoff),
@@ -134,6 +180,8 @@ def export(module, path, *, cutoff, elements, units, dtype="float64",
         "model_type": model_type,
         "content_hash": content_hash(scripted),
     }
+    if widths is not None:
+        meta["layered"] = {"feature_widths": widths}
     if architecture is not None:
         cls = type(module)
         if cls.__module__ == "__main__":

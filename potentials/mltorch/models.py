@@ -139,3 +139,34 @@ class MPNet(nn.Module):
                 h = h + upd(agg)
         h = h[:n_local]
         return self.energy_shift[species[:n_local]] + self.readout(h).squeeze(-1)
+
+    # --- the layered form (per-layer halo exchange, doc/models.md) ---------
+    # The same model in stages: stage_embed() gives the features of the owned atoms
+    # [0, n_local) from their edges; before each interaction layer the
+    # caller fills the ghost nodes' rows from their owners; stage_readout() gives
+    # the owned atoms' energies. forward() above is the single-call form on a
+    # graph with ghosts num_interaction_layers cutoffs deep.
+
+    @torch.jit.export
+    def stage_embed(self, edge_vectors: Tensor, edge_index: Tensor, species: Tensor,
+                    n_local: int) -> Tensor:
+        n_nodes = species.size(0)
+        feats, r = self.descriptor(edge_vectors, edge_index, species, n_nodes, n_local)
+        return self.encode(torch.cat([feats * self.feature_scale,
+                                      self.embed(species[:n_local]).to(feats.dtype)], dim=1))
+
+    @torch.jit.export
+    def stage_interaction(self, k: int, h: Tensor, edge_vectors: Tensor, edge_index: Tensor,
+                          species: Tensor, n_local: int) -> Tensor:
+        basis = self.descriptor.rbf(torch.linalg.norm(edge_vectors, dim=1))
+        out = h[:n_local]
+        for i, (filt, val, upd) in enumerate(zip(self.filters, self.values, self.updates)):
+            if i == k:
+                msg = filt(basis) * val(h)[edge_index[1]]
+                agg = torch.zeros_like(h).index_add(0, edge_index[0], msg)
+                out = h[:n_local] + upd(agg[:n_local])
+        return out
+
+    @torch.jit.export
+    def stage_readout(self, h: Tensor, species: Tensor, n_local: int) -> Tensor:
+        return self.energy_shift[species[:n_local]] + self.readout(h).squeeze(-1)

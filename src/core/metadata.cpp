@@ -82,6 +82,27 @@ Metadata parse_metadata(const std::string &text, const std::string &source)
     throw bad("dtype", "must be \"float32\" or \"float64\"");
   m.dtype = dt.get<std::string>();
 
+  // a layered model (mltorch.export): its stages stage_embed / stage_interaction /
+  // stage_readout, with the widths of the per-atom features exchanged between them
+  if (j.contains("layered")) {
+    const auto &ly = j.at("layered");
+    if (!ly.is_object() || !ly.contains("feature_widths") || !ly.at("feature_widths").is_array())
+      throw bad("layered", "must be an object with a list 'feature_widths'");
+    const auto &fw = ly.at("feature_widths");
+    if (static_cast<int64_t>(fw.size()) != m.num_interaction_layers - 1)
+      throw bad("layered", "lists " + std::to_string(fw.size()) + " feature widths for " +
+                               std::to_string(m.num_interaction_layers) +
+                               " interaction layers; a layered model exchanges features "
+                               "num_interaction_layers - 1 times");
+    for (const auto &w : fw) {
+      if (!w.is_number_integer() || w.get<int64_t>() < 1 || w.get<int64_t>() > kMaxFeatureWidth)
+        throw bad("layered", "feature widths must be integers from 1 to " +
+                                 std::to_string(kMaxFeatureWidth));
+      m.feature_widths.push_back(static_cast<int>(w.get<int64_t>()));
+    }
+    m.layered = true;
+  }
+
   if (j.contains("model_type") && j.at("model_type").is_string())
     m.model_type = j.at("model_type").get<std::string>();
   return m;

@@ -5,6 +5,8 @@
 
 #include "model.h"
 
+#include "layered.h"
+
 #include <caffe2/serialize/inline_container.h>
 #include <nlohmann/json.hpp>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
@@ -307,6 +309,12 @@ Model::Model(const std::string &bytes, const std::string &source, const std::str
   impl->dtype = impl->meta.dtype == "float32" ? torch::kFloat32 : torch::kFloat64;
   if (!impl->module.find_method("forward"))
     throw ModelError("Model file " + source + " has no forward() method");
+  if (impl->meta.layered)
+    for (const char *stage : {"stage_embed", "stage_interaction", "stage_readout"})
+      if (!impl->module.find_method(stage))
+        throw ModelError("Model file " + source + " says it is layered but has no " + stage +
+                         "() method; export it with mltorch.export from a module with "
+                         "@torch.jit.export stage_embed, stage_interaction and stage_readout");
   // a broken checkpoint (NaN or inf weights) fails here, not as NaN forces later
   for (const auto &p : impl->module.named_parameters(/*recurse=*/true))
     if (p.value.is_floating_point() && !torch::isfinite(p.value).all().item<bool>())
@@ -386,15 +394,34 @@ static GraphTensors wrap_graph(const GraphInput &in, const torch::Device &dev, t
 // Graph tensors for the model and its forward pass, with the contract checks
 struct ForwardPass {
   torch::Tensor edge_vec, edge_index, local_energy;
+  // a layered run with the halo exchange: the zero scalar the exchanges
+  // hang on (run_layered); differentiate by {edge_vec, anchor}
+  torch::Tensor anchor;
+  // the tensors whose gradients a backward pass must ask for
+  std::vector<torch::Tensor> grad_inputs() const
+  {
+    if (anchor.defined()) return {edge_vec, anchor};
+    return {edge_vec};
+  }
 };
 
-static ForwardPass run_forward(torch::jit::Module &module, const GraphInput &in,
+static ForwardPass run_forward(torch::jit::Module &module, const Metadata &meta, const GraphInput &in,
                                const torch::Device &dev, torch::Dtype dtype, const std::string &source)
 {
   auto g = wrap_graph(in, dev, dtype);
   ForwardPass fp;
   fp.edge_vec = g.edge_vec.requires_grad_(true);
   fp.edge_index = g.edge_index;
+  if (meta.layered && in.halo) {
+    fp.anchor = torch::zeros({}, g.edge_vec.options().requires_grad(true));
+    fp.local_energy = run_layered(module, meta, fp.edge_vec, fp.edge_index, g.species, in.n_local,
+                                  in.halo, !in.on_model_device, fp.anchor, source);
+    if (fp.local_energy.scalar_type() != dtype)
+      throw ModelError("Model " + source + ": stage_readout() returned " +
+                       std::string(c10::toString(fp.local_energy.scalar_type())) +
+                       " energies, but its metadata says " + meta.dtype);
+    return fp;
+  }
 
   std::vector<torch::jit::IValue> args{fp.edge_vec, fp.edge_index, g.species, in.n_local};
   torch::Tensor node_energy;
@@ -436,7 +463,11 @@ double Model::evaluate_into(const GraphInput &in, double *edge_grad, double *nod
   torch::Tensor local_energy, grad;
   // the compiled graphs are exported for >= 2 edges and nodes and >= 1 local
   // atom; the rare smaller graph (a nearly empty subdomain) runs the twin
-  const bool compiled = impl->compiled && in.n_edges >= 2 && in.n_nodes >= 2 && in.n_local >= 1;
+  // (a layered model under the halo exchange runs the twin's stages: the
+  // package holds the single-call graph)
+  const bool layered = impl->meta.layered && in.halo;
+  const bool compiled =
+      impl->compiled && !layered && in.n_edges >= 2 && in.n_nodes >= 2 && in.n_local >= 1;
   if (compiled) {
     auto g = wrap_graph(in, impl->device, impl->dtype);
     std::vector<torch::Tensor> inputs{g.edge_vec, g.edge_index, g.species,
@@ -457,11 +488,12 @@ double Model::evaluate_into(const GraphInput &in, double *edge_grad, double *nod
   } else {
     // no weight gradients in plain MD (not while a training graph is alive)
     if (!impl->train_energy.defined()) impl->set_params_require_grad(false);
-    auto fp = run_forward(impl->module, in, impl->device, impl->dtype, impl->source);
+    auto fp = run_forward(impl->module, impl->meta, in, impl->device, impl->dtype, impl->source);
     local_energy = fp.local_energy;
     auto total = local_energy.sum();
-    if (in.n_edges > 0 && total.requires_grad())
-      grad = torch::autograd::grad({total}, {fp.edge_vec}, {}, /*retain_graph=*/false,
+    // layered: every rank runs the backward pass, whose exchanges are collective
+    if (layered || (in.n_edges > 0 && total.requires_grad()))
+      grad = torch::autograd::grad({total}, fp.grad_inputs(), {}, /*retain_graph=*/false,
                                    /*create_graph=*/false, /*allow_unused=*/true)[0];
   }
   auto out_opts = torch::TensorOptions().dtype(torch::kFloat64);
@@ -491,15 +523,15 @@ void Model::forward_train(const GraphInput &in, double &energy, std::vector<doub
 {
   impl->train_virial = torch::Tensor();
   impl->set_params_require_grad(true);
-  auto fp = run_forward(impl->module, in, impl->device, impl->dtype, impl->source);
+  auto fp = run_forward(impl->module, impl->meta, in, impl->device, impl->dtype, impl->source);
   auto &edge_vec = fp.edge_vec;
   auto &edge_index = fp.edge_index;
   auto total = fp.local_energy.sum();
 
   // partial forces with create_graph, so that they stay differentiable in the parameters
   torch::Tensor forces = torch::zeros({in.n_nodes, 3}, edge_vec.options().requires_grad(false));
-  if (in.n_edges > 0 && total.requires_grad()) {
-    auto g = torch::autograd::grad({total}, {edge_vec}, {}, /*retain_graph=*/true,
+  if (fp.anchor.defined() || (in.n_edges > 0 && total.requires_grad())) {
+    auto g = torch::autograd::grad({total}, fp.grad_inputs(), {}, /*retain_graph=*/true,
                                    /*create_graph=*/true, /*allow_unused=*/true)[0];
     if (g.defined()) {
       forces = forces.index_add(0, edge_index[0], g).index_add(0, edge_index[1], -g);

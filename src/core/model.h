@@ -8,6 +8,8 @@
 #ifndef MLTORCH_CORE_MODEL_H
 #define MLTORCH_CORE_MODEL_H
 
+#include "halo.h"
+
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -21,6 +23,8 @@ static constexpr int kFormatVersion = 1;
 // most message-passing layers a model may declare (its ghost shell is
 // layers x cutoff wide)
 static constexpr int kMaxLayers = 16;
+// widest per-atom feature vector a layered model may exchange between layers
+static constexpr int kMaxFeatureWidth = 65536;
 // Name of the metadata file stored inside the TorchScript archive.
 static constexpr const char *kMetadataName = "mltorch_metadata.json";
 
@@ -38,6 +42,11 @@ struct Metadata {
   std::string units;                    // LAMMPS unit style the model expects
   std::string dtype;                    // "float32" or "float64"
   std::string model_type;               // free text, e.g. "lennard-jones"
+  // layered form (per-layer halo exchange): the module has the stages
+  // stage_embed, stage_interaction and stage_readout beside forward(), and exchanges
+  // feature_widths[k] values per atom before interaction layer k
+  bool layered = false;
+  std::vector<int> feature_widths;      // num_interaction_layers - 1 entries
   std::string json;                     // the metadata as stored
 
   int species_of(const std::string &element) const;    // -1 if absent
@@ -57,6 +66,10 @@ struct GraphInput {
   // the three buffers live in the memory of the model's device (e.g. Kokkos
   // CUDA views): wrapped without any copy; otherwise host memory
   bool on_model_device = false;
+  // a layered model runs stage by stage with this exchange between its
+  // layers (the graph then has edges around nodes [0, n_local) only, and
+  // ghost nodes one cutoff deep); nullptr: the single forward() call
+  HaloExchange *halo = nullptr;
 };
 
 struct GraphOutput {

@@ -8,7 +8,7 @@
 # With KOKKOS_CUDA_PREFIX set to an installed Kokkos >= 5.1 built for CUDA
 # (none can be had on the machines this project is built on), it also
 # builds LAMMPS + KOKKOS with pair_style torch/kk in build-gpu-kk/ and runs
-# the same input with -k on g 1 -sf kk -pk kokkos newton on neigh full.
+# the same input with -k on g 1 -sf kk -pk kokkos newton on neigh half.
 #   tools/gpu/gpu_check.sh [python]      (results also in $OUT if set)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -36,7 +36,7 @@ if [ -n "${KOKKOS_CUDA_PREFIX:-}" ]; then
 fi
 cd examples/gpu
 if [ -x ../../build-gpu-kk/lmp ]; then
-  ../../build-gpu-kk/lmp -k on g 1 -sf kk -pk kokkos newton on neigh full -in in.gpu_check -var device kk \
+  ../../build-gpu-kk/lmp -k on g 1 -sf kk -pk kokkos newton on neigh half -in in.gpu_check -var device kk \
     -var out "$out" -log "$out/log.kk" -echo none > /dev/null || echo "torch/kk run failed (log $out/log.kk)"
 fi
 for dev in cpu cuda; do

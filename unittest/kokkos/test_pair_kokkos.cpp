@@ -420,7 +420,7 @@ TEST(KokkosErrors, NewtonOffNamesThePackageSetting)
                              "run 0 post no"});
   const std::string msg = l.error_of(setup);
   EXPECT_NE(msg.find("Pair style torch/kk requires newton pair on: run with '-pk kokkos newton on "
-                     "neigh full'"),
+                     "neigh half'"),
             std::string::npos)
       << "got: " << msg;
 }
