@@ -395,7 +395,7 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::compute(int eflag_
   // must be finished, whatever streams the two libraries use. evaluate_into
   // returns after the model's work on the device is complete.
   typename DeviceType::execution_space().fence("torch/kk: graph ready for LibTorch");
-  in.halo = use_exchange ? halo.get() : nullptr;
+  in.halo = halo_exchanger();
   halo_device_rows = in.on_model_device;
   double energy = 0.0;
   ++ncompute;
@@ -735,7 +735,7 @@ void PairTorchKokkos<DeviceType>::unpack_reverse_comm_kokkos(int n, DAT::tdual_i
   k_halo.template modify<DeviceType>();
 }
 
-// host packing ('-pk kokkos comm host', torch/kk/host): the host copy of k_halo
+// host packing (the package option 'comm host', torch/kk/host): the host copy of k_halo
 template <class DeviceType>
 int PairTorchKokkos<DeviceType>::pack_forward_comm(int n, int *list, double *buf, int, int *)
 {

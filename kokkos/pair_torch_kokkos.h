@@ -47,7 +47,7 @@ template <class DeviceType> class PairTorchKokkos : public PairTorch, public Kok
 
   // the per-layer halo exchange on the device: features by atom in k_halo,
   // packed and unpacked by CommKokkos on the device (or on the host with
-  // '-pk kokkos comm host'), gathered from and into the graph's rows
+  // the package option 'comm host'), gathered from and into the graph's rows
   void halo_forward(const double *owned, double *all, int width) override;
   void halo_reverse(const double *all, double *owned, int width) override;
   int pack_forward_comm_kokkos(int, DAT::tdual_int_1d, DAT::tdual_double_1d &, int, int *) override;

@@ -75,7 +75,7 @@ void ComputeTorchDeviation::init()
    1-3: max, min, mean over the group's atoms of devi_f (force units)
    4-6: the same of devi_e (atomic energies, energy units)
    7:   committee standard deviation of the total energy per atom
-   8-10: max, min, mean over the 9 components of the virial deviation
+   8-10: max, min, root mean square over the 9 components of the virial deviation
          (std over members of the virial tensor component / atoms)
 ------------------------------------------------------------------------- */
 
@@ -119,7 +119,7 @@ void ComputeTorchDeviation::compute_vector()
       ? MLTorch::committee_std(nm, d.member_energy.data()) / d.natoms
       : 0.0;
   // DeePMD-kit's virial deviation: per component of the virial tensor,
-  // std over members / N; max, min, mean over the 9 components
+  // std over members / N; max, min, root mean square over the 9 components
   double vmax = 0.0, vmin = 0.0, vsum = 0.0;
   std::vector<double> comp(nm);
   for (int k = 0; k < 9; ++k) {
@@ -127,11 +127,12 @@ void ComputeTorchDeviation::compute_vector()
     const double dv = d.natoms > 0.0 ? MLTorch::committee_std(nm, comp.data()) / d.natoms : 0.0;
     vmax = (k == 0) ? dv : std::max(vmax, dv);
     vmin = (k == 0) ? dv : std::min(vmin, dv);
-    vsum += dv;
+    vsum += dv * dv;
   }
   vector[7] = vmax;
   vector[8] = vmin;
-  vector[9] = vsum / 9.0;
+  // DeePMD-kit's avg_devi_v: |devi_v|_2 / 3, the root mean square of the 9
+  vector[9] = std::sqrt(vsum) / 3.0;
 }
 
 /* ---------------------------------------------------------------------- */

@@ -412,6 +412,7 @@ FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
   restart_global = 1;
   comm_forward = 3;
   comm_reverse = 3;
+  maxexchange = 1;    // pack_exchange: the per-atom |F - F_ref|
   for (double &v : vec) v = 0.0;
 }
 
@@ -761,7 +762,13 @@ void FixTorchFinetune::teacher_labels(double &e_ref, double *w_ref)
       for (int k = 0; k < 3; ++k) f[i][k] = -f[i][k];
   }
   teacher->compute(ENERGY_GLOBAL, VIRIAL_PAIR);
-  comm->reverse_comm();
+  // the ghost shares of the labels to their owners by the fix's own reverse
+  // communication: forces only (the atom style's reverse comm would also sum
+  // torques or other per-atom data a second time), and on the host where the
+  // teacher wrote them (with KOKKOS device communication CommKokkos would
+  // sum the device copy of f instead)
+  reverse_target = atom->f;
+  MLTorchCompat::reverse_comm(comm, this);
   f = atom->f;
   if (atom->nlocal > 0) std::memcpy(&fref[0][0], &f[0][0], sizeof(double) * 3 * atom->nlocal);
   if (nall > 0) std::memcpy(&f[0][0], &fsave[0][0], sizeof(double) * 3 * nall);

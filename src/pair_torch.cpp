@@ -343,6 +343,11 @@ void PairTorch::coeff(int narg, char **arg)
                                      nlayers, nlayers,
                                      halo_thick ? " ('halo thick')"
                                                 : ": the model is not layered (see mltorch.export)"));
+  if (comm->me == 0 && use_exchange && model_->is_compiled())
+    utils::logmesg(lmp, "pair_style torch: {} is a compiled package of a layered model: under the "
+                        "halo exchange its stages run as TorchScript (the package holds the "
+                        "single-call graph); 'halo thick' runs the compiled code\n",
+                   model_file);
   // per-member forces travel to their owners in one reverse communication;
   // the exchange moves feature_width values per atom both ways
   comm_forward = use_exchange ? feature_width : 0;
@@ -542,7 +547,12 @@ void PairTorch::graph_input(MLTorch::GraphInput &in) const
   in.edge_vectors = edge_vec.data();
   in.edge_index = edge_index.data();
   in.species = species.data();
-  in.halo = use_exchange ? halo.get() : nullptr;
+  in.halo = halo_exchanger();
+}
+
+MLTorch::HaloExchange *PairTorch::halo_exchanger() const
+{
+  return use_exchange ? halo.get() : nullptr;
 }
 
 /* ---------------------------------------------------------------------- */

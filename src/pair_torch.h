@@ -23,6 +23,7 @@ PairStyle(torch,PairTorch);
 #include <vector>
 
 namespace MLTorch {
+class HaloExchange;
 class Model;
 struct GraphInput;
 struct GraphOutput;
@@ -169,6 +170,7 @@ class PairTorch : public Pair {
   std::vector<double> halo_buf;       // [nall][comm_width] features by atom
   struct HaloComm;
   std::unique_ptr<HaloComm> halo;     // the MLTorch::HaloExchange handed to the model
+  MLTorch::HaloExchange *halo_exchanger() const;    // it, when this style uses the exchange
   bool centroid_supported = true;    // false: this variant computes no centroid virial
   std::vector<int> type2species;    // LAMMPS type -> model species, -1 for NULL
 

@@ -23,6 +23,7 @@
 #include "pair.h"
 #include "pair_torch.h"
 #include "reference_graph.h"
+#include "universe.h"
 
 #include "lammps_session.h"
 #include "mpi_test_main.h"
@@ -285,6 +286,108 @@ TEST_P(Gradient, ReplayAfterMigrationIsExact)
                 c.name.c_str(), nprocs, dev);
   EXPECT_LE(dev, 1e-10);
 }
+
+/* ----------------------------------------------------------------------
+   layered models: the loss gradient through the per-layer halo exchange
+   equals the thick-ghost gradient (1-4 ranks, 2 and 4 layers, with an
+   empty rank); a 20-step MD run with an update on every step gives the same
+   trajectory and parameters on 1 replica (FinetuneGradient_np*) and on 2
+   replicas (FinetuneReplicas_np*)
+------------------------------------------------------------------------- */
+
+struct LayeredCase {
+  std::string name, model, shape;
+};
+
+static void PrintTo(const LayeredCase &c, std::ostream *os)
+{
+  *os << c.name;
+}
+
+class LayeredGradient : public ::testing::TestWithParam<LayeredCase> {};
+
+TEST_P(LayeredGradient, ExchangeEqualsThickGhosts)
+{
+  const auto &c = GetParam();
+  std::vector<double> g[2];
+  double loss[2];
+  for (int thick = 0; thick < 2; ++thick) {
+    Lammps l(MPI_COMM_WORLD);
+    l.cmds(silicon(2, 777, c.shape));
+    l.cmd(thick ? "pair_style torch halo thick" : "pair_style torch");
+    l.cmd("pair_coeff * * " + c.model + " Si");
+    l.cmd("fix ft all torch/finetune 1 " + teacher() +
+          " weights 1.0 10.0 1.0 optimizer sgd log 0 lr 1e-12 check 1");
+    l.cmd("run 1 post no");
+    EXPECT_EQ(l.fix()->updates(), 1);
+    loss[thick] = l.fix()->compute_vector(0);
+    g[thick] = l.fix()->last_gradient();
+  }
+  ASSERT_EQ(g[0].size(), g[1].size());
+  const double scale = max_abs(g[1]);
+  const double dev = max_diff(g[0], g[1]) / scale;
+  if (me == 0)
+    std::printf("[ layered  ] %s on %d rank(s): loss %.12g (thick %.12g), gradient exchange vs thick "
+                "%.3g\n", c.name.c_str(), nprocs, loss[0], loss[1], dev);
+  EXPECT_GT(scale, 1e-3);
+  EXPECT_LE(dev, 1e-12);
+  EXPECT_NEAR(loss[0], loss[1], 1e-12 * std::fabs(loss[1]));
+}
+
+// 20 NVE steps with an update on every step, under `extra` LAMMPS arguments
+static void layered_run(const std::string &model, const std::vector<std::string> &args, bool thick,
+                        std::vector<double> &x, std::vector<double> &params, int &updates)
+{
+  Lammps l(MPI_COMM_WORLD, args);
+  l.cmds(silicon(2, 31, "ortho"));
+  l.cmd("velocity all create 900 " + std::to_string(4928 + l.lmp->universe->iworld) + " loop geom");
+  l.cmd(thick ? "pair_style torch halo thick" : "pair_style torch");
+  l.cmd("pair_coeff * * " + model + " Si");
+  l.cmd("fix ft all torch/finetune 1 " + teacher() + " weights 1.0 10.0 0.1 lr 1e-3 log 0 check 1");
+  l.cmd("fix md all nve");
+  l.cmd("run 20 post no");
+  updates = static_cast<int>(l.fix()->updates());
+  x = l.gather("x", 3);
+  params = l.params();
+}
+
+static void layered_trajectories(const std::vector<std::string> &args, const char *what)
+{
+  for (const std::string model : {potentials + "/si_mp2.pt", test_models + "/si_mp4_layered.pt"}) {
+    std::vector<double> x[2], p[2];
+    int updates[2];
+    for (int thick = 0; thick < 2; ++thick) layered_run(model, args, thick, x[thick], p[thick], updates[thick]);
+    EXPECT_EQ(updates[0], 20);
+    EXPECT_EQ(updates[1], 20);
+    const double dx = max_diff(x[0], x[1]), dp = max_diff(p[0], p[1]) / max_abs(p[1]);
+    if (me == 0)
+      std::printf("[ layered  ] %s, %s, 20 steps with 20 updates: positions exchange vs thick %.3g A, "
+                  "parameters %.3g relative\n", model.substr(model.rfind('/') + 1).c_str(), what, dx, dp);
+    EXPECT_LE(dx, 1e-10);
+    EXPECT_LE(dp, 1e-12);
+  }
+}
+
+TEST(LayeredTrajectory, ExchangeEqualsThickGhosts)
+{
+  layered_trajectories({}, (std::to_string(nprocs) + " rank(s)").c_str());
+}
+
+TEST(LayeredReplicas, ExchangeEqualsThickGhosts)
+{
+  if (nprocs < 2 || nprocs % 2) GTEST_SKIP() << "needs an even number of MPI ranks";
+  layered_trajectories({"-partition", "2x" + std::to_string(nprocs / 2), "-plog", "none", "-pscreen",
+                        "none", "-in", "none"},
+                       ("2 replicas x " + std::to_string(nprocs / 2) + " rank(s)").c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layered, LayeredGradient,
+    ::testing::Values(LayeredCase{"mp2_triclinic", potentials + "/si_mp2.pt", "triclinic"},
+                      LayeredCase{"mp2_slab", potentials + "/si_mp2.pt", "slab"},
+                      LayeredCase{"mp4_ortho", test_models + "/si_mp4_layered.pt", "ortho"},
+                      LayeredCase{"mp4_slab", test_models + "/si_mp4_layered.pt", "slab"}),
+    [](const ::testing::TestParamInfo<LayeredCase> &info) { return info.param.name; });
 
 TEST(Replay, MemoryBoundAndCapacity)
 {

@@ -627,6 +627,51 @@ INSTANTIATE_TEST_SUITE_P(Layered, HaloExchange,
                          [](const auto &info) { return info.param.name; });
 
 /* ----------------------------------------------------------------------
+   forces through the exchange are the derivatives of the energy: a
+   five-point central difference of the total energy by atom positions
+   (h = 1e-3 A), for atoms owned by different ranks, 4-layer model
+------------------------------------------------------------------------- */
+
+TEST(HaloFiniteDifferences, ForcesAreEnergyDerivatives)
+{
+  Lammps l;
+  l.cmds(crystal("lattice diamond 5.431", 28.0855, true, 2));
+  l.cmds({"pair_style torch", "pair_coeff * * " + mp4 + " Si", "thermo_modify format float %.17g",
+          "run 0 post no"});
+  const auto f = l.gather("f", 3);
+  const double h = 1e-3;
+  double worst = 0.0, fmax = 0.0;
+  for (int id : {1, 22, 47, 64})
+    for (int d = 0; d < 3; ++d) {
+      double e[4];
+      const double steps[4] = {-2 * h, -h, h, 2 * h};
+      for (int k = 0; k < 4; ++k) {
+        const std::string mv = std::to_string(steps[k]);
+        const std::string v[3] = {d == 0 ? mv : "0", d == 1 ? mv : "0", d == 2 ? mv : "0"};
+        l.cmds({"group one id " + std::to_string(id),
+                "displace_atoms one move " + v[0] + " " + v[1] + " " + v[2] + " units box",
+                "run 0 post no"});
+        e[k] = l.lmp->force->pair->eng_vdwl;
+        double sum = 0.0;
+        MPI_Allreduce(&e[k], &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        e[k] = sum;
+        const std::string back = std::to_string(-steps[k]);
+        const std::string b[3] = {d == 0 ? back : "0", d == 1 ? back : "0", d == 2 ? back : "0"};
+        l.cmds({"displace_atoms one move " + b[0] + " " + b[1] + " " + b[2] + " units box",
+                "group one delete"});
+      }
+      const double fd = -(e[0] - 8 * e[1] + 8 * e[2] - e[3]) / (12 * h);
+      worst = std::max(worst, std::fabs(fd - f[3 * (id - 1) + d]));
+      fmax = std::max(fmax, std::fabs(f[3 * (id - 1) + d]));
+    }
+  if (me == 0)
+    std::printf("[ halo FD  ] 4 layers, 64 atoms, %d rank(s): forces vs -dE/dx %.2e eV/A (largest "
+                "force %.3g)\n", nprocs, worst, fmax);
+  EXPECT_GT(fmax, 0.1);
+  EXPECT_LE(worst, 1e-8 * std::max(1.0, fmax));
+}
+
+/* ----------------------------------------------------------------------
    the exchange's ghost shell is one cutoff (+ skin) whatever the depth;
    thick ghosts grow with it; the log says which is used
 ------------------------------------------------------------------------- */

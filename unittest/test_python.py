@@ -422,7 +422,8 @@ print "DEV $(c_dev[1]:%.17g) $(c_dev[2]:%.17g) $(c_dev[3]:%.17g) $(c_dev[4]:%.17
             etot = energies.sum(axis=1)
             devi_v = np.std(np.array(virials), axis=0) / n    # DeePMD-kit's devi_v (9 components)
             ref = np.array([devi_f.max(), devi_f.min(), devi_f.mean(), devi_e.max(), devi_e.min(),
-                            devi_e.mean(), np.std(etot) / n, devi_v.max(), devi_v.min(), devi_v.mean()])
+                            devi_e.mean(), np.std(etot) / n, devi_v.max(), devi_v.min(),
+                            np.linalg.norm(devi_v) / 3])    # DeePMD-kit's avg_devi_v
             d_atom = max(np.abs(dev[:, 0] - devi_f).max() / devi_f.max(),
                          np.abs(dev[:, 1] - devi_e).max() / devi_e.max())
             d_vec = np.max(np.abs(vec - ref) / np.abs(ref))

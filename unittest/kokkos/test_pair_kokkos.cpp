@@ -49,12 +49,19 @@ static std::string kokkos_threads()
 // with `kokkos`: -k on t N -sf kk, so pair_style torch becomes torch/kk
 class Lammps : public LammpsSession {
  public:
-  explicit Lammps(bool kokkos) :
-      LammpsSession(MPI_COMM_WORLD,
-                    kokkos ? std::vector<std::string>{"-k", "on", "t", kokkos_threads(), "-sf", "kk"}
-                           : std::vector<std::string>{},
-                    false)
+  explicit Lammps(bool kokkos, const std::vector<std::string> &package = {}) :
+      LammpsSession(MPI_COMM_WORLD, args(kokkos, package), false)
   {
+  }
+  static std::vector<std::string> args(bool kokkos, const std::vector<std::string> &package)
+  {
+    if (!kokkos) return {};
+    std::vector<std::string> a{"-k", "on", "t", kokkos_threads(), "-sf", "kk"};
+    if (!package.empty()) {
+      a.insert(a.end(), {"-pk", "kokkos"});
+      a.insert(a.end(), package.begin(), package.end());
+    }
+    return a;
   }
   double capacity_changes()
   {
@@ -192,6 +199,11 @@ static std::vector<Case> cases()
        "Si", "", ""},
       {"si_mp2", lattice("lattice diamond 5.431", 28.0855, 3, false), potentials + "/si_mp2.pt", "Si",
        "", ""},
+      // layered models: the per-layer halo exchange on the device (default), and thick ghosts
+      {"si_mp4_exchange", lattice("lattice diamond 5.431", 28.0855, 3, true),
+       test_models + "/si_mp4_layered.pt", "Si", "", ""},
+      {"si_mp2_thick", lattice("lattice diamond 5.431", 28.0855, 3, false), potentials + "/si_mp2.pt",
+       "Si", "", "", "", "pair_style torch halo thick"},
       // compiled packages (tools/compile_models.sh) on torch/kk vs their TorchScript models on torch
       {"si_local_compiled", lattice("lattice diamond 5.431", 28.0855, 3, false),
        potentials + "/si_local.pt", "Si", "", "", potentials + "/si_local.pt2"},
@@ -445,16 +457,53 @@ TEST(KokkosErrors, NonFiniteForcesOnStepsWithoutVirial)
    fix torch/finetune on top of torch/kk: the same gradient as on torch
 ------------------------------------------------------------------------- */
 
-static std::vector<double> finetune_gradient(bool kokkos)
+static std::vector<double> finetune_gradient(bool kokkos, const std::string &model = "si_local.pt",
+                                             const std::vector<std::string> &package = {},
+                                             std::vector<double> *labels = nullptr)
 {
-  Lammps l(kokkos);
+  Lammps l(kokkos, package);
   l.cmds(lattice("lattice diamond 5.431", 28.0855, 2, false));
-  l.cmds({"pair_style torch", "pair_coeff * * " + potentials + "/si_local.pt Si",
+  l.cmds({"pair_style torch", "pair_coeff * * " + potentials + "/" + model + " Si",
           "fix ft all torch/finetune 1 teacher sw \"* * " + lammps_potentials +
               "/Si.sw Si\" weights 1.0 10.0 1.0 optimizer sgd lr 1e-12 log 0",
           "run 1 post no"});
   auto *fix = dynamic_cast<LAMMPS_NS::FixTorchFinetune *>(l.lmp->modify->fix[l.lmp->modify->find_fix("ft")]);
+  if (labels && fix) {
+    // by atom ID over all ranks (the rank's local order may differ)
+    const auto &tags = fix->label_tags();
+    const auto &fl = fix->label_forces();
+    std::vector<double> mine(3 * l.natoms(), 0.0);
+    for (std::size_t i = 0; i < tags.size(); ++i)
+      for (int k = 0; k < 3; ++k) mine[3 * (tags[i] - 1) + k] = fl[3 * i + k];
+    labels->assign(mine.size(), 0.0);
+    MPI_Allreduce(mine.data(), labels->data(), static_cast<int>(mine.size()), MPI_DOUBLE, MPI_SUM,
+                  MPI_COMM_WORLD);
+  }
   return fix ? fix->last_gradient() : std::vector<double>();
+}
+
+/* ----------------------------------------------------------------------
+   teacher labels and the gradient (of a layered model, through the device
+   halo exchange) are the same for every KOKKOS communication mode: the
+   labels are summed by the fix's own reverse communication on the host
+------------------------------------------------------------------------- */
+
+TEST(KokkosFinetune, LabelsAndGradientForEveryCommMode)
+{
+  std::vector<double> labels_cpu;
+  const auto g_cpu = finetune_gradient(false, "si_mp2.pt", {}, &labels_cpu);
+  ASSERT_GT(g_cpu.size(), 1000u);
+  ASSERT_GT(labels_cpu.size(), 0u);
+  for (const std::string mode : {"device", "host", "no"}) {
+    std::vector<double> labels;
+    const auto g = finetune_gradient(true, "si_mp2.pt", {"comm", mode}, &labels);
+    const double dg = rel(g, g_cpu), dl = rel(labels, labels_cpu);
+    if (me == 0)
+      std::printf("[ finetune ] -pk kokkos comm %s: labels %.3g, gradient %.3g vs torch\n",
+                  mode.c_str(), dl, dg);
+    EXPECT_LE(dl, 1e-12) << mode;
+    EXPECT_LE(dg, 1e-10) << mode;
+  }
 }
 
 TEST(KokkosFinetune, GradientEqualsCpuStyle)
