@@ -813,6 +813,9 @@ TEST(Metadata, RejectsBadValues)
       {R"({"format_version": 1, "cutoff": 5, "elements": [""], "units": "metal", "dtype": "float64", "num_interaction_layers": 1})", "must hold non-empty strings"},
       {R"({"format_version": 1, "cutoff": 5, "elements": ["Si"], "units": "", "dtype": "float64", "num_interaction_layers": 1})", "'units' must be a LAMMPS unit style"},
       {R"({"format_version": 1, "cutoff": 5, "elements": ["Si"], "units": "metal", "dtype": "float16", "num_interaction_layers": 1})", "'dtype' must be \"float32\" or \"float64\""},
+      {"{" + good + R"(, "cutoff": 5, "num_interaction_layers": 2, "layered": {"feature_widths": [8, 8]}})", "'layered' lists 2 feature widths for 2 interaction layers"},
+      {"{" + good + R"(, "cutoff": 5, "num_interaction_layers": 2, "layered": {"feature_widths": [0]}})", "'layered' feature widths must be integers from 1 to 65536"},
+      {"{" + good + R"(, "cutoff": 5, "num_interaction_layers": 2, "layered": [24]})", "'layered' must be an object with a list 'feature_widths'"},
   };
   for (const auto &c : cases) {
     std::string msg;

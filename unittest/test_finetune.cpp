@@ -1003,8 +1003,11 @@ TEST_F(FinetuneErrors, GhostListTeacherWithLongerCutoff)
 {
   if (me != 0) GTEST_SKIP();
   base(test_models + "/si_short_cutoff.pt");
+  // a message-passing teacher on thick ghosts needs ghost neighbor lists
+  // (under the halo exchange, its default, it gets the plain cutoff ERROR)
   EXPECT_ERROR("needs neighbors of ghost atoms and has cutoff 4, longer than the model's 3.5",
-               "fix ft all torch/finetune 1 teacher torch \"* * " + potentials + "/si_mp2.pt Si\"",
+               "fix ft all torch/finetune 1 teacher \"torch halo thick\" \"* * " + potentials +
+                   "/si_mp2.pt Si\"",
                "run 1");
 }
 

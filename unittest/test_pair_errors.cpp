@@ -131,6 +131,12 @@ TEST_F(PairTorchErrors, CommitteeMode)
                "pair_style torch committee median");
 }
 
+TEST_F(PairTorchErrors, HaloMode)
+{
+  EXPECT_ERROR("Illegal pair_style torch halo value thin: must be exchange or thick",
+               "pair_style torch halo thin");
+}
+
 TEST_F(PairTorchErrors, DeviationNeedsACommittee)
 {
   box("metal");
@@ -228,8 +234,10 @@ TEST_F(PairTorchErrors, MessagePassingWithCommModeMulti)
   cmd("create_box 1 box");
   cmd("create_atoms 1 box");
   cmd("mass * 28.0855");
+  // thick ghosts need L cutoffs of ghosts, which mode multi does not give
+  // (the per-layer halo exchange needs one cutoff, as any pair style)
   EXPECT_ERROR("which comm_modify mode multi does not provide; use 'comm_modify mode single'",
-               "neighbor 2.0 multi", "comm_modify mode multi", "pair_style torch",
+               "neighbor 2.0 multi", "comm_modify mode multi", "pair_style torch halo thick",
                "pair_coeff * * " + potentials + "/si_mp2.pt Si", "run 0 post no");
 }
 
