@@ -54,11 +54,15 @@ struct PairTorch::HaloComm : public MLTorch::HaloExchange {
   explicit HaloComm(PairTorch *p) : pair(p) {}
   void forward(const double *owned, double *all, int width) override
   {
+    const double t = platform::walltime();
     pair->halo_forward(owned, all, width);
+    pair->time_halo += platform::walltime() - t;
   }
   void reverse(const double *all, double *owned, int width) override
   {
+    const double t = platform::walltime();
     pair->halo_reverse(all, owned, width);
+    pair->time_halo += platform::walltime() - t;
   }
   PairTorch *pair;
 };
@@ -359,7 +363,7 @@ void PairTorch::coeff(int narg, char **arg)
 
 void PairTorch::init_style()
 {
-  time_pair = time_model = 0.0;
+  time_pair = time_model = time_halo = 0.0;
   if (!model_) error->all(FLERR, "Pair style torch: pair_coeff * * model.pt ... must come first");
   if (force->newton_pair == 0)
     error->all(FLERR, "Pair style torch requires newton pair on (use 'newton on')");
@@ -857,13 +861,17 @@ void PairTorch::unpack_reverse_comm(int n, int *list, double *buf)
 
 void PairTorch::finish()
 {
-  double mine[2] = {time_pair, time_model}, sum[2] = {0.0, 0.0};
-  MPI_Allreduce(mine, sum, 2, MPI_DOUBLE, MPI_SUM, world);
+  double mine[3] = {time_pair, time_model, time_halo}, sum[3] = {0.0, 0.0, 0.0};
+  MPI_Allreduce(mine, sum, 3, MPI_DOUBLE, MPI_SUM, world);
   if (comm->me == 0 && sum[0] > 0.0)
     utils::logmesg(lmp,
                    "pair_style torch: model evaluation {:.1f}% of the pair time (graph build, copies "
-                   "and force scatter {:.1f}%), {:.4g} s per rank\n",
-                   100.0 * sum[1] / sum[0], 100.0 * (1.0 - sum[1] / sum[0]), sum[0] / comm->nprocs);
+                   "and force scatter {:.1f}%), {:.4g} s per rank{}\n",
+                   100.0 * sum[1] / sum[0], 100.0 * (1.0 - sum[1] / sum[0]), sum[0] / comm->nprocs,
+                   use_exchange ? fmt::format("; the halo exchange (inside the model evaluation, "
+                                              "waits included) {:.1f}%",
+                                              100.0 * sum[2] / sum[0])
+                                : std::string());
 }
 
 /* ----------------------------------------------------------------------

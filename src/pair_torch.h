@@ -184,7 +184,7 @@ class PairTorch : public Pair {
   double graph_size[2] = {0.0, 0.0};    // nodes and edges of the last graph (extract "graph_size")
   // wall time in compute() and in the model's evaluation since init_style()
   // (reported by finish(): what the pair style adds around the model)
-  double time_pair = 0.0, time_model = 0.0;
+  double time_pair = 0.0, time_model = 0.0, time_halo = 0.0;
 
   virtual void allocate();
   void build_graph();

@@ -627,6 +627,43 @@ INSTANTIATE_TEST_SUITE_P(Layered, HaloExchange,
                          [](const auto &info) { return info.param.name; });
 
 /* ----------------------------------------------------------------------
+   a committee of 3 and 4 members inside pair_style hybrid/overlay: its
+   per-member reverse communication (3 values per member and atom) needs
+   more than the buffers pair_style hybrid sized from its sub-styles' flags
+   before pair_coeff; the deviation equals the plain committee's
+------------------------------------------------------------------------- */
+
+TEST(CommitteeInHybrid, DeviationEqualsPlainCommittee)
+{
+  const std::string c = potentials + "/si_crystal_c";
+  for (const std::string files : {c + "0.pt " + c + "1.pt " + c + "2.pt ",
+                                  c + "0.pt " + c + "1.pt " + c + "2.pt " + potentials + "/si_local.pt "}) {
+    std::vector<double> dev[2], vec[2];
+    for (int hybrid = 0; hybrid < 2; ++hybrid) {
+      Lammps l;
+      l.cmds(crystal("lattice diamond 5.431", 28.0855, false, 2));
+      if (hybrid)
+        l.cmds({"pair_style hybrid/overlay torch zero 4.0", "pair_coeff * * torch " + files + "Si",
+                "pair_coeff * * zero"});
+      else
+        l.cmds({"pair_style torch", "pair_coeff * * " + files + "Si"});
+      l.cmds({"compute dev all torch/deviation", "thermo_style custom step pe c_dev[*]",
+              "run 0 post no"});
+      EXPECT_GE(l.lmp->force->pair->comm_reverse, 9);
+      dev[hybrid] = l.gather("c_dev", 2);
+      vec[hybrid] = l.compute_vector("dev", 10);
+    }
+    const double d = max_rel_dev(dev[1], dev[0]), dv = max_rel_dev(vec[1], vec[0]);
+    if (me == 0)
+      std::printf("[ hybrid   ] committee in hybrid/overlay, %d rank(s): per-atom deviation %.2e, "
+                  "statistics %.2e vs the plain committee\n", nprocs, d, dv);
+    EXPECT_LE(d, 1e-12);
+    EXPECT_LE(dv, 1e-12);
+    EXPECT_GT(vec[0][0], 0.0);
+  }
+}
+
+/* ----------------------------------------------------------------------
    forces through the exchange are the derivatives of the energy: a
    five-point central difference of the total energy by atom positions
    (h = 1e-3 A), for atoms owned by different ranks, 4-layer model
