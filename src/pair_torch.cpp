@@ -348,10 +348,13 @@ void PairTorch::coeff(int narg, char **arg)
                                      halo_thick ? " ('halo thick')"
                                                 : ": the model is not layered (see mltorch.export)"));
   if (comm->me == 0 && use_exchange && model_->is_compiled())
-    utils::logmesg(lmp, "pair_style torch: {} is a compiled package of a layered model: under the "
-                        "halo exchange its stages run as TorchScript (the package holds the "
-                        "single-call graph); 'halo thick' runs the compiled code\n",
-                   model_file);
+    utils::logmesg(lmp, "pair_style torch: {}\n",
+                   model_->compiled_stages()
+                       ? fmt::format("{}: compiled stages, chained with the halo exchange", model_file)
+                       : fmt::format("{} holds no compiled stages (made by an older mltorch-compile): "
+                                     "under the halo exchange its stages run as TorchScript; compile "
+                                     "it again, or use 'halo thick' for its single-call code",
+                                     model_file));
   // per-member forces travel to their owners in one reverse communication;
   // the exchange moves feature_width values per atom both ways
   comm_forward = use_exchange ? feature_width : 0;

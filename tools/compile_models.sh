@@ -17,8 +17,13 @@ for m in "${models[@]}"; do
      "$py" - "$pt2" "$torch_version" 2>/dev/null <<'PY'
 import sys
 from mltorch.compiled import DEFAULT_SIMDLEN, read_package
+from mltorch.export import read_metadata
+twin_meta = read_metadata(sys.argv[1].rsplit(".", 1)[0] + ".pt")
 info = read_package(sys.argv[1])[1]
-sys.exit(0 if info["torch_version"] == sys.argv[2] and info.get("simdlen") == DEFAULT_SIMDLEN else 1)
+# a layered model's package needs its compiled stages
+stages_ok = "layered" not in twin_meta or bool(info.get("stages"))
+sys.exit(0 if info["torch_version"] == sys.argv[2] and info.get("simdlen") == DEFAULT_SIMDLEN
+         and stages_ok else 1)
 PY
   then
     continue

@@ -291,6 +291,7 @@ INSTANTIATE_TEST_SUITE_P(Compiled, NativeComparison,
                          ::testing::Values(compiled("lj_Ar", "Ar"), compiled("si_local", "Si"),
                                            compiled("si_local", "Si", true),
                                            compiled("si_mp2", "Si", false, false),
+                                           compiled("si_mp2", "Si", true, false),
                                            compiled("sic_local", "Si C")),
                          [](const auto &info) {
                            std::string n = info.param.name;

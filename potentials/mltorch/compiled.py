@@ -14,6 +14,13 @@ The package holds three things:
   - mltorch/model.pt, the TorchScript model file it was made from (the "twin"): its parameters,
     metadata and autograd graph serve training, restart and model saves.
   - extra/mltorch_compiled.json: device, threads, state order, torch version.
+  - for a layered model (mltorch.layered), mltorch/stages/NAME.pt2: every
+    stage compiled on its own, each an AOTInductor package: embed_fwd,
+    embed_vjp, inter_fwd_K, inter_vjp_K (K = 0 .. L-2) and readout. A `_fwd`
+    stage returns its output, a `_vjp` stage the vector-Jacobian product of
+    its last graph input `gout` (by h and by the edge vectors, recomputing the
+    stage), readout the energies and their gradient by h. pair_style torch
+    chains them with the halo exchange between them.
 
 `pair_style torch` recognises a package by its content, whatever the file
 is called.  The compiled code is specific to the machine's instruction set
@@ -38,6 +45,7 @@ COMPILED_NAME = "mltorch_compiled.json"    # under the archive's extra/ folder
 TWIN_NAME = "mltorch/model.pt"              # the TorchScript twin (binary: not under extra/,
                                             # which torch's own loader decodes as text)
 COMPILED_FORMAT = 1
+STAGE_DIR = "mltorch/stages"                # compiled stages of a layered model (each a package)
 
 
 def rebuild(path):
@@ -108,6 +116,91 @@ def _state(module):
     return names, tensors
 
 
+class _Stage(torch.nn.Module):
+    """One stage method of a layered model as a module's forward (functional_call needs one)."""
+
+    def __init__(self, module, method):
+        super().__init__()
+        self.m = module
+        self.method = method
+
+    def forward(self, *args):
+        return getattr(self.m, self.method)(*args)
+
+
+def stage_functions(module, names, num_interaction_layers):
+    """The compiled stages of a layered model, by name: (function, kind). Every
+    function takes the graph tensors, then *state; `fwd` functions return the
+    stage's output, `vjp` ones the vector-Jacobian product of their `gout` input
+    (recomputing the stage), `readout` the energies and their gradient by h."""
+    def call(method, state, args):
+        stage = _Stage(module, method)
+        return torch.func.functional_call(stage, {"m." + n: t for n, t in zip(names, state)}, args)
+
+    def embed_fwd(vec, index, species, local_species, *state):
+        return call("stage_embed", state, (vec, index, species, local_species.shape[0]))
+
+    def embed_vjp(vec, index, species, local_species, gout, *state):
+        with torch.enable_grad():
+            v = vec.detach().requires_grad_(True)
+            h = call("stage_embed", state, (v, index, species, local_species.shape[0]))
+            (gv,) = torch.autograd.grad(h, [v], gout)
+        return gv
+
+    def inter_fwd(k):
+        def f(h_all, vec, index, species, local_species, *state):
+            return call("stage_interaction", state, (k, h_all, vec, index, species, local_species.shape[0]))
+        return f
+
+    def inter_vjp(k):
+        def f(h_all, vec, index, species, local_species, gout, *state):
+            with torch.enable_grad():
+                v = vec.detach().requires_grad_(True)
+                h = h_all.detach().requires_grad_(True)
+                out = call("stage_interaction", state, (k, h, v, index, species, local_species.shape[0]))
+                gh, gv = torch.autograd.grad(out, [h, v], gout)
+            return gh, gv
+        return f
+
+    def readout(h, local_species, *state):
+        with torch.enable_grad():
+            x = h.detach().requires_grad_(True)
+            e = call("stage_readout", state, (x, local_species, local_species.shape[0]))
+            (gh,) = torch.autograd.grad(e.sum(), [x])
+        return e.detach(), gh
+
+    out = {"embed_fwd": embed_fwd, "embed_vjp": embed_vjp}
+    for k in range(num_interaction_layers - 1):
+        out[f"inter_fwd_{k}"] = inter_fwd(k)
+        out[f"inter_vjp_{k}"] = inter_vjp(k)
+    out["readout"] = readout
+    return out
+
+
+def _stage_args(name, vec, index, species, n_local, widths, dev):
+    """Example inputs and dynamic shapes of a stage (edges, nodes, local atoms)."""
+    from torch.export import Dim
+    edges, nodes, local = Dim("edges", min=2), Dim("nodes", min=2), Dim("local", min=1)
+    gen = torch.Generator().manual_seed(3)
+    local_species = species[:n_local]
+    graph = (vec.to(dev), index.to(dev), species.to(dev), local_species.to(dev))
+    graph_dyn = ({0: edges}, {1: edges}, {0: nodes}, {0: local})
+
+    def rand(rows, width):
+        return torch.randn(rows, width, generator=gen, dtype=vec.dtype).to(dev)
+    if name == "embed_fwd":
+        return graph, graph_dyn
+    if name == "embed_vjp":
+        return graph + (rand(n_local, widths[0]),), graph_dyn + ({0: local},)
+    if name == "readout":
+        return (rand(n_local, widths[-1]), local_species.to(dev)), ({0: local}, {0: local})
+    k = int(name.rsplit("_", 1)[1])
+    h_all = (rand(species.shape[0], widths[k]),)
+    if name.startswith("inter_fwd"):
+        return h_all + graph, ({0: nodes},) + graph_dyn
+    return h_all + graph + (rand(n_local, widths[k + 1]),), ({0: nodes},) + graph_dyn + ({0: local},)
+
+
 # CPU vector width (bits) of the generated code. Inductor's own choice on an
 # AVX-512 machine is 512, which these models' small inner dimensions (3
 # vector components, 8 channels, 9 tensor components) fill poorly: 256 ran
@@ -143,37 +236,89 @@ def compile_model(module, twin_path, out_path, *, device="cpu", threads=1, check
     from torch.export import Dim
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    configs = {"cpp.simdlen": simdlen} if device == "cpu" else {}
+
+    def compile_one(fn, example, dynamic, path):
+        try:
+            gm = make_fx(fn, tracing_mode="symbolic")(*example)
+            program = torch.export.export(gm, example, dynamic_shapes=dynamic + tuple(None for _ in state),
+                                          strict=False)
+        except Exception as e:
+            raise ExportError(
+                "the model cannot be exported with dynamic edge and node counts (torch.export): "
+                f"{str(e).splitlines()[0]}. Avoid Python control flow on tensor values and "
+                "shapes that depend on data other than the graph sizes (see doc/models.md)")
+        return torch._inductor.aoti_compile_and_package(program, package_path=path,
+                                                        inductor_configs=configs)
+
+    layers = int(meta["num_interaction_layers"])
+    widths = meta.get("layered", {}).get("feature_widths")
+    stages = stage_functions(module, names, layers) if widths else {}
     old_threads = torch.get_num_threads()
     torch.set_num_threads(int(threads))    # the generated CPU code runs this many OpenMP threads
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            try:
-                gm = make_fx(f, tracing_mode="symbolic")(*args)
-                edges, nodes, local = Dim("edges", min=2), Dim("nodes", min=2), Dim("local", min=1)
-                dynamic = ({0: edges}, {1: edges}, {0: nodes}, {0: local}) + tuple(None for _ in state)
-                program = torch.export.export(gm, args, dynamic_shapes=dynamic, strict=False)
-            except Exception as e:
-                raise ExportError(
-                    "the model cannot be exported with dynamic edge and node counts (torch.export): "
-                    f"{str(e).splitlines()[0]}. Avoid Python control flow on tensor values and "
-                    "shapes that depend on data other than the graph sizes (see doc/models.md)")
             with tempfile.TemporaryDirectory() as tmp:
-                configs = {"cpp.simdlen": simdlen} if device == "cpu" else {}
-                raw = torch._inductor.aoti_compile_and_package(
-                    program, package_path=os.path.join(tmp, "model.pt2"), inductor_configs=configs)
+                edges, nodes, local = Dim("edges", min=2), Dim("nodes", min=2), Dim("local", min=1)
+                raw = compile_one(f, args, ({0: edges}, {1: edges}, {0: nodes}, {0: local}),
+                                  os.path.join(tmp, "model.pt2"))
                 if check:
                     _check(raw, f, state, dtype, dev, forbidden, meta)
+                # a layered model: each stage compiled on its own (forward, and
+                # vector-Jacobian product), chained by pair_style torch with the
+                # halo exchange between them
+                stage_files = {}
+                all_widths = list(widths or [])
+                if stages:
+                    h0 = stages["embed_fwd"](*(t.to(dev) for t in (vec, index, species, species[:n_local])), *state)
+                    all_widths = list(widths)
+                    h = h0
+                    for k in range(layers - 1):
+                        h_all = torch.zeros(species.shape[0], widths[k], dtype=dtype, device=dev)
+                        h = stages[f"inter_fwd_{k}"](h_all, vec.to(dev), index.to(dev), species.to(dev),
+                                                     species[:n_local].to(dev), *state)
+                    all_widths.append(int(h.shape[1]))
+                    forbidden = forbidden | set(all_widths)
+                    vec, index, species, n_local = _example_graph(float(meta["cutoff"]), len(meta["elements"]),
+                                                                  dtype, forbidden)
+                for name, fn in stages.items():
+                    example, dynamic = _stage_args(name, vec, index, species, n_local, all_widths, dev)
+                    path = compile_one(fn, example + tuple(state), dynamic, os.path.join(tmp, name + ".pt2"))
+                    if check:
+                        _check_stage(path, fn, name, state, dtype, dev, forbidden, meta, all_widths)
+                    stage_files[name] = path
                 info = {"compiled_format": COMPILED_FORMAT, "device": device, "threads": int(threads),
                         "simdlen": simdlen if device == "cpu" else None,
                         "torch_version": torch.__version__, "state_names": names,
                         "dtype": meta["dtype"], "twin_content_hash": meta.get("content_hash", "")}
+                if stages:
+                    info["stages"] = list(stages)
                 with open(twin_path, "rb") as fh:
                     twin = fh.read()
-                _write_package(raw, out_path, twin, info)
+                _write_package(raw, out_path, twin, info, stage_files)
     finally:
         torch.set_num_threads(old_threads)
     return info
+
+
+def _check_stage(raw, fn, name, state, dtype, dev, forbidden, meta, widths):
+    """A compiled stage equals its eager function on a graph of other sizes."""
+    runner = torch._inductor.aoti_load_package(raw)
+    vec, index, species, n_local = _example_graph(float(meta["cutoff"]), len(meta["elements"]), dtype,
+                                                  forbidden, seed=11)
+    example, _ = _stage_args(name, vec, index, species, n_local, widths, dev)
+    want = fn(*example, *state)
+    got = runner(*example, *state)
+    want = want if isinstance(want, (tuple, list)) else (want,)
+    got = got if isinstance(got, (tuple, list)) else (got,)
+    tol = 1e-4 if dtype == torch.float32 else 1e-10
+    for a, b in zip(want, got):
+        scale = max(1.0, float(a.abs().max()))
+        err = float((a - b).abs().max())
+        if not math.isfinite(err) or err > tol * scale:
+            raise ExportError(f"the compiled stage {name} differs from the eager model by {err:.3g} "
+                              f"(tolerance {tol * scale:.3g})")
 
 
 def _check(raw, f, state, dtype, dev, forbidden, meta):
@@ -215,8 +360,10 @@ def _clear_exec_stack(elf):
     return bytes(out)
 
 
-def _write_package(raw, out_path, twin, info):
-    """Copy the AOTInductor archive and add the twin and the info, atomically."""
+def _write_package(raw, out_path, twin, info, stage_files=None):
+    """Copy the AOTInductor archive and add the twin, the stage packages of a
+    layered model (each an AOTInductor package of its own, stored whole) and
+    the info, atomically."""
     directory = os.path.dirname(os.path.abspath(out_path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt2", dir=directory)
     os.close(fd)
@@ -231,6 +378,18 @@ def _write_package(raw, out_path, twin, info):
                     data = _clear_exec_stack(data)
                 dst.writestr(src.getinfo(name), data)
             dst.writestr(f"{root}/{TWIN_NAME}", twin)
+            for name, path in (stage_files or {}).items():
+                with zipfile.ZipFile(path) as stage_zip, tempfile.TemporaryDirectory() as sd:
+                    # the stage's shared library gets the same stack fix
+                    fixed = os.path.join(sd, "stage.pt2")
+                    with zipfile.ZipFile(fixed, "w", zipfile.ZIP_STORED) as out:
+                        for item in stage_zip.namelist():
+                            data = stage_zip.read(item)
+                            if item.endswith(".so"):
+                                data = _clear_exec_stack(data)
+                            out.writestr(stage_zip.getinfo(item), data)
+                    with open(fixed, "rb") as fh:
+                        dst.writestr(f"{root}/{STAGE_DIR}/{name}.pt2", fh.read())
             dst.writestr(f"{root}/extra/{COMPILED_NAME}", json.dumps(info, indent=1, sort_keys=True))
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())

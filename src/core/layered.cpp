@@ -82,6 +82,12 @@ namespace {
 
 }    // namespace
 
+torch::Tensor halo_exchange_rows(const torch::Tensor &in, HaloExchange *halo, int64_t rows_out,
+                                 bool forward, bool host_buffers)
+{
+  return exchange(in, halo, rows_out, forward, host_buffers);
+}
+
 torch::Tensor halo_forward(const torch::Tensor &owned, HaloExchange *halo, int64_t n_nodes,
                            bool host_buffers)
 {

@@ -123,7 +123,35 @@ struct Compiled {
   int threads = 1;                          // OpenMP threads of the generated CPU code
   std::vector<std::string> state_names;     // input order after the four graph tensors
   std::vector<torch::Tensor> state;         // the twin's tensors (detached aliases), that order
+  // a layered model's compiled stages (mltorch-compile): embed_fwd, embed_vjp,
+  // inter_fwd_K, inter_vjp_K, readout; empty for other models
+  std::map<std::string, std::unique_ptr<torch::inductor::AOTIModelPackageLoader>> stages;
 };
+
+// an AOTInductor package from bytes (the loader reads a file: a private
+// temporary copy, removed once loaded)
+static std::unique_ptr<torch::inductor::AOTIModelPackageLoader> load_aoti(const std::string &bytes,
+                                                                          const std::string &source)
+{
+  std::string path = (std::filesystem::temp_directory_path() / "mltorch-XXXXXX.pt2").string();
+  const int fd = ::mkstemps(path.data(), 4);
+  if (fd < 0)
+    throw ModelError("Cannot create a temporary file for compiled model " + source + " in " +
+                     std::filesystem::temp_directory_path().string() + ": " + std::strerror(errno) +
+                     " (set TMPDIR to a writable folder)");
+  const bool written = ::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size());
+  ::close(fd);
+  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
+  try {
+    if (!written) throw ModelError("cannot write " + path + ": " + std::strerror(errno));
+    loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(path, "model");
+  } catch (std::exception &e) {
+    std::remove(path.c_str());
+    throw ModelError("Cannot load compiled model " + source + ": " + e.what());
+  }
+  std::remove(path.c_str());
+  return loader;
+}
 
 struct Model::Impl {
   torch::jit::Module module;    // TorchScript (for a compiled package: its twin)
@@ -176,6 +204,7 @@ static torch::Device parse_device(const std::string &name, const std::string &so
 // names inside a compiled package (potentials/mltorch/compiled.py)
 static constexpr const char *kCompiledInfo = "extra/mltorch_compiled.json";
 static constexpr const char *kCompiledTwin = "mltorch/model.pt";
+static constexpr const char *kCompiledStages = "mltorch/stages";
 static constexpr int kCompiledFormat = 1;
 
 static std::string device_type_name(const torch::Device &dev)
@@ -213,6 +242,7 @@ static std::unique_ptr<Compiled> open_package(const std::string &bytes, const st
                      "models with mltorch-compile (potentials/mltorch), which adds the model "
                      "file and metadata pair_style torch needs");
   auto c = std::make_unique<Compiled>();
+  std::vector<std::string> stage_names;
   try {
     auto info = nlohmann::json::parse(read_record(*zip, kCompiledInfo));
     if (info.value("compiled_format", 0) != kCompiledFormat)
@@ -223,6 +253,7 @@ static std::unique_ptr<Compiled> open_package(const std::string &bytes, const st
     c->device_type = info.at("device").get<std::string>();
     c->threads = info.value("threads", 1);
     c->state_names = info.at("state_names").get<std::vector<std::string>>();
+    stage_names = info.value("stages", std::vector<std::string>());
     const std::string built = info.value("torch_version", "");
     if (built.rfind(libtorch_version(), 0) != 0)
       throw ModelError("Compiled model " + source + " was compiled with torch " + built +
@@ -234,24 +265,19 @@ static std::unique_ptr<Compiled> open_package(const std::string &bytes, const st
   }
   twin = read_record(*zip, kCompiledTwin);
 
-  // the loader reads a file: a private copy of the broadcast bytes, removed
-  // once loaded (the loader unpacks its shared library elsewhere)
-  std::string path = (std::filesystem::temp_directory_path() / "mltorch-XXXXXX.pt2").string();
-  const int fd = ::mkstemps(path.data(), 4);
-  if (fd < 0)
-    throw ModelError("Cannot create a temporary file for compiled model " + source + " in " +
-                     std::filesystem::temp_directory_path().string() + ": " + std::strerror(errno) +
-                     " (set TMPDIR to a writable folder)");
-  const bool written = ::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size());
-  ::close(fd);
+  // the loader reads a file: a private copy of the broadcast bytes (the
+  // loader unpacks its shared library elsewhere)
   try {
-    if (!written) throw ModelError("cannot write " + path + ": " + std::strerror(errno));
-    c->loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(path, "model");
-  } catch (std::exception &e) {
-    std::remove(path.c_str());
-    throw ModelError("Cannot load compiled model " + source + ": " + first_line(e.what()));
+    c->loader = load_aoti(bytes, source);
+    for (const auto &name : stage_names) {
+      const std::string record = std::string(kCompiledStages) + "/" + name + ".pt2";
+      if (!zip->hasRecord(record))
+        throw ModelError("it lists the compiled stage " + name + " but has no " + record);
+      c->stages[name] = load_aoti(read_record(*zip, record), source + " (stage " + name + ")");
+    }
+  } catch (ModelError &e) {
+    throw ModelError(first_line(e.what()));
   }
-  std::remove(path.c_str());
   return c;
 }
 
@@ -355,6 +381,11 @@ void Model::to_device(const std::string &device)
 bool Model::is_compiled() const
 {
   return impl->compiled != nullptr;
+}
+
+bool Model::compiled_stages() const
+{
+  return impl->compiled && !impl->compiled->stages.empty();
 }
 
 int Model::compiled_threads() const
@@ -466,9 +497,46 @@ double Model::evaluate_into(const GraphInput &in, double *edge_grad, double *nod
   // (a layered model under the halo exchange runs the twin's stages: the
   // package holds the single-call graph)
   const bool layered = impl->meta.layered && in.halo;
-  const bool compiled =
-      impl->compiled && !layered && in.n_edges >= 2 && in.n_nodes >= 2 && in.n_local >= 1;
-  if (compiled) {
+  const bool big = in.n_edges >= 2 && in.n_nodes >= 2 && in.n_local >= 1;
+  const bool compiled = impl->compiled && !layered && big;
+  // a layered package's compiled stages, chained by hand with the exchange:
+  // forward exchanges in layer order, then reverse exchanges in the opposite
+  // order, as the autograd operators run them in the twin (which the rare
+  // smaller graph runs)
+  const bool stages = impl->compiled && layered && !impl->compiled->stages.empty() && big;
+  if (stages) {
+    auto g = wrap_graph(in, impl->device, impl->dtype);
+    auto local = g.species.narrow(0, 0, in.n_local);
+    auto &st = impl->compiled->state;
+    auto run = [&](const std::string &name, std::vector<torch::Tensor> inputs) {
+      inputs.insert(inputs.end(), st.begin(), st.end());
+      try {
+        return impl->compiled->stages.at(name)->run(inputs);
+      } catch (std::exception &e) {
+        throw ModelError("Compiled model " + impl->source + " failed in stage " + name + ": " +
+                         first_line(e.what()));
+      }
+    };
+    const bool host = !in.on_model_device;
+    const int nex = static_cast<int>(impl->meta.feature_widths.size());
+    std::vector<torch::Tensor> h_all(nex);
+    auto h = run("embed_fwd", {g.edge_vec, g.edge_index, g.species, local})[0];
+    for (int k = 0; k < nex; ++k) {
+      h_all[k] = halo_exchange_rows(h, in.halo, in.n_nodes, true, host);
+      h = run("inter_fwd_" + std::to_string(k), {h_all[k], g.edge_vec, g.edge_index, g.species, local})[0];
+    }
+    auto r = run("readout", {h, local});
+    local_energy = r[0];
+    auto gh = r[1];
+    grad = torch::zeros_like(g.edge_vec);
+    for (int k = nex - 1; k >= 0; --k) {
+      auto o = run("inter_vjp_" + std::to_string(k),
+                   {h_all[k], g.edge_vec, g.edge_index, g.species, local, gh});
+      grad += o[1];
+      gh = halo_exchange_rows(o[0], in.halo, in.n_local, false, host);
+    }
+    grad += run("embed_vjp", {g.edge_vec, g.edge_index, g.species, local, gh})[0];
+  } else if (compiled) {
     auto g = wrap_graph(in, impl->device, impl->dtype);
     std::vector<torch::Tensor> inputs{g.edge_vec, g.edge_index, g.species,
                                       g.species.narrow(0, 0, in.n_local)};

@@ -95,7 +95,9 @@ class Model {
   // a compiled (AOTInductor) package from mltorch-compile: evaluate() runs the
   // compiled code with the current parameters; training runs its TorchScript twin
   bool is_compiled() const;
-  int compiled_threads() const;    // OpenMP threads baked into compiled CPU code (0: not compiled)
+  int compiled_threads() const;
+  // a compiled layered model whose stages are compiled too (halo exchange)
+  bool compiled_stages() const;    // OpenMP threads baked into compiled CPU code (0: not compiled)
 
   // Energy and dE/dr_ij by one autograd pass; node energies on request.
   void evaluate(const GraphInput &in, GraphOutput &out, bool want_node_energy) const;
