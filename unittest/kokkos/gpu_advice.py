@@ -3,9 +3,9 @@
 
     gpu_advice.py LMP NP
 
-Every place that tells users how to run torch/kk (the ERROR text in
-kokkos/pair_torch_kokkos.cpp, doc/pair_torch.rst, doc/errors.md, README.md,
-bench/, tools/gpu/, examples/gpu/) must give the same `-pk kokkos ...`
+Every place that tells users how to run torch/kk (any text file of the
+checkout: the ERROR text in kokkos/pair_torch_kokkos.cpp, doc/, README.md,
+bench/, tools/gpu/, examples/) must give the same `-pk kokkos ...`
 options and the same `package kokkos ...` line. This test collects them,
 fails if any place differs, and then RUNS them with this LAMMPS on NP ranks:
 
@@ -25,17 +25,31 @@ import sys
 import tempfile
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-PLACES = ["kokkos/pair_torch_kokkos.cpp", "doc/pair_torch.rst", "doc/errors.md", "README.md",
-          "bench/run.py", "bench/compiled.py", "bench/RESULTS.md", "tools/gpu/gpu_check.sh",
-          "examples/gpu/in.gpu_check"]
+# every text file of the checkout that can tell a user how to run torch/kk
+SKIP_DIRS = {".git", ".venv", "build", "build-asan", "fuzz", "__pycache__"}
+TEXT = (".cpp", ".h", ".rst", ".md", ".py", ".sh", ".in", ".txt") + ("",)
+
+
+def places():
+    for top, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.startswith("gpu-carry")]
+        for name in files:
+            rel = os.path.relpath(os.path.join(top, name), ROOT)
+            if rel == os.path.join("unittest", "kokkos", "gpu_advice.py"):
+                continue
+            if os.path.splitext(name)[1] in TEXT or name.startswith("in."):
+                yield rel
 OPTION_WORDS = r"((?:\s+(?:newton|neigh|comm|gpu/aware|neigh/qeq|binsize)\s+[a-z0-9/.]+)+)"
 
 
 def advice():
     """{'-pk': {options: [places]}, 'package': {...}} over every place."""
     found = {"-pk": {}, "package": {}}
-    for rel in PLACES:
-        text = open(os.path.join(ROOT, rel)).read()
+    for rel in places():
+        try:
+            text = open(os.path.join(ROOT, rel), encoding="utf-8").read()
+        except (UnicodeDecodeError, OSError):
+            continue
         # the C++ ERROR text is split over string literals: join them
         text = re.sub(r'"\s*\n\s*"', "", text)
         for kind, pattern in (("-pk", r"-pk kokkos" + OPTION_WORDS),
