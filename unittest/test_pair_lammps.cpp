@@ -837,8 +837,10 @@ TEST_P(Committee, DeviationEqualsIndependentEvaluation)
       const double dv = std::sqrt(var) / n;
       vstat[0] = std::max(vstat[0], dv);
       vstat[1] = std::min(vstat[1], dv);
-      vstat[2] += dv / 9.0;
+      vstat[2] += dv * dv;
     }
+    // DeePMD-kit's avg_devi_v: np.linalg.norm(devi_v) / 3 (root mean square)
+    vstat[2] = std::sqrt(vstat[2]) / 3.0;
     ref_vec.insert(ref_vec.end(), vstat, vstat + 3);
 
     const double dd = max_rel_dev(dev, ref);
