@@ -13,6 +13,7 @@
 #include "comm.h"
 #include "error.h"
 #include "force.h"
+#include "lmp_compat.h"
 #include "memory.h"
 #include "pair_torch.h"
 #include "update.h"
@@ -21,6 +22,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -31,11 +33,21 @@ using namespace LAMMPS_NS;
 ------------------------------------------------------------------------- */
 
 ComputeTorchDeviation::ComputeTorchDeviation(LAMMPS *lmp, int narg, char **arg) :
-    Compute(lmp, narg, arg), nmax(0), devi(nullptr)
+    Compute(lmp, narg, arg), nmax(0), devi(nullptr), relative(-1.0), relative_v(-1.0)
 {
-  if (narg != 3)
-    error->all(FLERR, "Illegal compute torch/deviation command: it takes no arguments "
-                      "(compute ID group torch/deviation)");
+  // compute ID group torch/deviation [relative level] [relative_v level]
+  for (int iarg = 3; iarg < narg; iarg += 2) {
+    const bool f = strcmp(arg[iarg], "relative") == 0, v = strcmp(arg[iarg], "relative_v") == 0;
+    if (!f && !v)
+      error->all(FLERR, "Illegal compute torch/deviation keyword {} (expected relative or "
+                        "relative_v)", arg[iarg]);
+    if (iarg + 2 > narg) MLTorchCompat::missing_args(FLERR, "compute torch/deviation", error);
+    const double level = utils::numeric(FLERR, arg[iarg + 1], false, lmp);
+    if (!(level > 0.0))
+      error->all(FLERR, "Illegal compute torch/deviation {} level {}: must be > 0", arg[iarg],
+                 arg[iarg + 1]);
+    (f ? relative : relative_v) = level;
+  }
   vector_flag = 1;
   size_vector = 10;
   extvector = 0;
@@ -94,7 +106,8 @@ void ComputeTorchDeviation::compute_vector()
   for (int i = 0; i < nlocal; ++i) {
     if (!(mask[i] & groupbit) || pair->species_of_type(type[i]) < 0) continue;
     for (int c = 0; c < 2; ++c) {
-      const double v = d.atom[2 * i + c];
+      double v = d.atom[2 * i + c];
+      if (c == 0 && relative > 0.0) v /= d.force_mean[i] + relative;
       mx[c] = std::max(mx[c], v);
       mn[c] = std::min(mn[c], v);
       sum[c] += v;
@@ -122,9 +135,21 @@ void ComputeTorchDeviation::compute_vector()
   // std over members / N; max, min, root mean square over the 9 components
   double vmax = 0.0, vmin = 0.0, vsum = 0.0;
   std::vector<double> comp(nm);
+  // relative_v: divided by |<virial>| / N + level (the norm of the 9-component mean)
+  double scale = 1.0;
+  if (relative_v > 0.0 && d.natoms > 0.0) {
+    double norm2 = 0.0;
+    for (int k = 0; k < 9; ++k) {
+      double mean = 0.0;
+      for (int m = 0; m < nm; ++m) mean += d.member_virial[9 * m + k] / nm;
+      norm2 += mean * mean;
+    }
+    scale = 1.0 / (std::sqrt(norm2) / d.natoms + relative_v);
+  }
   for (int k = 0; k < 9; ++k) {
     for (int m = 0; m < nm; ++m) comp[m] = d.member_virial[9 * m + k];
-    const double dv = d.natoms > 0.0 ? MLTorch::committee_std(nm, comp.data()) / d.natoms : 0.0;
+    const double dv =
+        d.natoms > 0.0 ? scale * MLTorch::committee_std(nm, comp.data()) / d.natoms : 0.0;
     vmax = (k == 0) ? dv : std::max(vmax, dv);
     vmin = (k == 0) ? dv : std::min(vmin, dv);
     vsum += dv * dv;
@@ -150,7 +175,11 @@ void ComputeTorchDeviation::compute_peratom()
   const int nlocal = atom->nlocal;
   const int *mask = atom->mask;
   for (int i = 0; i < nlocal; ++i)
-    for (int c = 0; c < 2; ++c) devi[i][c] = (mask[i] & groupbit) ? d.atom[2 * i + c] : 0.0;
+    for (int c = 0; c < 2; ++c) {
+      double v = (mask[i] & groupbit) ? d.atom[2 * i + c] : 0.0;
+      if (c == 0 && relative > 0.0) v /= d.force_mean[i] + relative;
+      devi[i][c] = v;
+    }
 }
 
 /* ---------------------------------------------------------------------- */

@@ -32,6 +32,9 @@ class ComputeTorchDeviation : public Compute {
  private:
   int nmax;
   double **devi;    // per-atom devi_f, devi_e
+  // DeePMD-kit's relative deviations: devi_f_i / (|<F_i>| + relative) and
+  // devi_v / (|<virial>| / N + relative_v); negative: absolute deviations
+  double relative, relative_v;
   class PairTorch *find_pair();
 };
 

@@ -708,12 +708,17 @@ const PairTorch::Deviation &PairTorch::committee_deviation()
   if (nm > 1) comm->reverse_comm(this);
 
   deviation.atom.assign(2 * static_cast<std::size_t>(nlocal), 0.0);
+  deviation.force_mean.assign(nlocal, 0.0);
   std::vector<double> e_atom(nm);
   for (int n = 0; n < ncounted; ++n) {
     const int i = node2atom[n];
     const double *fi = &member_force[static_cast<std::size_t>(i) * width];
     for (int m = 0; m < nm; ++m) e_atom[m] = member_out[m].node_energy[n];
     MLTorch::committee_atom_deviation(nm, fi, e_atom.data(), &deviation.atom[2 * i]);
+    double mean[3] = {0.0, 0.0, 0.0};
+    for (int m = 0; m < nm; ++m)
+      for (int k = 0; k < 3; ++k) mean[k] += fi[3 * m + k] / nm;
+    deviation.force_mean[i] = std::sqrt(mean[0] * mean[0] + mean[1] * mean[1] + mean[2] * mean[2]);
   }
   // every member's energy and full virial tensor on this rank, then summed
   std::vector<double> energy(10 * nm + 1, 0.0), sum(10 * nm + 1, 0.0);

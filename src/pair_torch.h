@@ -79,6 +79,7 @@ class PairTorch : public Pair {
   // force call (an updated model invalidates it); collective over the world.
   struct Deviation {
     std::vector<double> atom;            // [nlocal][2]: devi_f, devi_e
+    std::vector<double> force_mean;      // [nlocal] |<F>|, the committee mean force's magnitude
     std::vector<double> member_energy;   // [members] total energy
     std::vector<double> member_virial;   // [members][9] W_ab = -sum r_a g_b (xx xy xz yx ... zz)
     double natoms = 0.0;                 // atoms the models cover, all ranks

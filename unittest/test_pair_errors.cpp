@@ -137,6 +137,15 @@ TEST_F(PairTorchErrors, HaloMode)
                "pair_style torch halo thin");
 }
 
+TEST_F(PairTorchErrors, DeviationKeywords)
+{
+  box("metal");
+  EXPECT_ERROR("Illegal compute torch/deviation keyword atomic (expected relative or relative_v)",
+               "compute dev all torch/deviation atomic");
+  EXPECT_ERROR("Illegal compute torch/deviation relative_v level -1: must be > 0",
+               "compute dev all torch/deviation relative 1.0 relative_v -1");
+}
+
 TEST_F(PairTorchErrors, DeviationNeedsACommittee)
 {
   box("metal");

@@ -381,11 +381,13 @@ displace_atoms all random 0.2 0.2 0.2 991 units box
 pair_style torch
 pair_coeff * * {' '.join(files)} Si
 compute dev all torch/deviation
-thermo_style custom step pe c_dev[*]
+compute rel all torch/deviation relative 1.0 relative_v 0.5
+thermo_style custom step pe c_dev[*] c_rel[*]
 thermo_modify format float %.17g
 run 0 post no
 write_dump all custom dev.dump id x y z c_dev[1] c_dev[2] modify sort id format float %.17g
 print "DEV $(c_dev[1]:%.17g) $(c_dev[2]:%.17g) $(c_dev[3]:%.17g) $(c_dev[4]:%.17g) $(c_dev[5]:%.17g) $(c_dev[6]:%.17g) $(c_dev[7]:%.17g) $(c_dev[8]:%.17g) $(c_dev[9]:%.17g) $(c_dev[10]:%.17g)"
+print "REL $(c_rel[1]:%.17g) $(c_rel[2]:%.17g) $(c_rel[3]:%.17g) $(c_rel[8]:%.17g) $(c_rel[9]:%.17g) $(c_rel[10]:%.17g)"
 """
         models = [torch.jit.load(f) for f in files]
         mpiexec = os.environ.get("ML_TORCH_MPIEXEC", "mpiexec")
@@ -432,6 +434,39 @@ print "DEV $(c_dev[1]:%.17g) $(c_dev[2]:%.17g) $(c_dev[3]:%.17g) $(c_dev[4]:%.17
             self.assertGreater(ref[0], 0.01)
             self.assertLess(d_atom, 1e-10)
             self.assertLess(d_vec, 1e-10)
+            # DeePMD-kit's relative forms (calc_model_devi_f/_v with relative=level):
+            # devi_f / (|<F>| + level), devi_v / (|<virial / N>| + level)
+            rel = np.array([float(w) for w in out.stdout.split("REL ")[1].split()[:6]])
+            rf = devi_f / (np.linalg.norm(forces.mean(axis=0), axis=-1) + 1.0)
+            rv = devi_v / (np.linalg.norm(np.array(virials).mean(axis=0) / n) + 0.5)
+            ref_rel = np.array([rf.max(), rf.min(), rf.mean(), rv.max(), rv.min(), np.linalg.norm(rv) / 3])
+            d_rel = np.max(np.abs(rel - ref_rel) / np.abs(ref_rel))
+            print(f"  relative forms vs Python {d_rel:.2g}", file=sys.stderr)
+            self.assertLess(d_rel, 1e-10)
+            if np_ != 1:
+                continue
+            # the doc's model_devi.out recipe, run as written (no integrator: the
+            # configuration of step 10 is this one)
+            with open(os.path.join(root, "doc", "compute_torch_deviation.rst")) as f:
+                doc = f.read()
+            recipe = [l.strip() for l in doc.splitlines()
+                      if l.strip().startswith(("compute dev all torch/deviation relative",
+                                               "fix devi all print"))]
+            self.assertEqual(len(recipe), 2, recipe)
+            head = script.split("compute dev all")[0]
+            with open(os.path.join(tmp, "in.devi"), "w") as f:
+                f.write(head + "\n".join(recipe) + "\nrun 10\n")
+            out = subprocess.run([mpiexec, "--allow-run-as-root", "--oversubscribe", "-np", "1",
+                                  os.environ["ML_TORCH_LMP"], "-log", "none", "-nocite", "-in", "in.devi"],
+                                 capture_output=True, text=True, cwd=tmp)
+            self.assertEqual(out.returncode, 0, out.stdout[-2000:] + out.stderr[-2000:])
+            with open(os.path.join(tmp, "model_devi.out")) as f:
+                rows = f.read().splitlines()
+            self.assertTrue(rows[0].startswith("#       step         max_devi_v"), rows[0])
+            last = np.array([float(w) for w in rows[-1].split()])
+            self.assertEqual(last[0], 10)
+            want = np.array([ref_rel[3], ref_rel[4], ref_rel[5], ref_rel[0], ref_rel[1], ref_rel[2]])
+            self.assertLess(np.max(np.abs(last[1:] - want) / np.abs(want)), 1e-5)
 
 
 RESTART_SYSTEM = """
