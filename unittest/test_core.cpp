@@ -409,12 +409,13 @@ struct OwnerHalo : public MLTorch::HaloExchange {
   int calls = 0;
 };
 
-// a domain with every atom of a periodic cell: its images one shell deep
-Domain whole_cell(const Config &c, double rc)
+// the atoms of a periodic cell, then their images one shell deep, and the
+// owner (original atom) of each
+void one_shell(const Config &c, std::vector<double> &x, std::vector<int> &owner)
 {
   const int n = static_cast<int>(c.species.size());
-  std::vector<double> x(c.pos);
-  std::vector<int> owner(n);
+  x = c.pos;
+  owner.resize(n);
   for (int a = 0; a < n; a++) owner[a] = a;
   for (int i = -1; i <= 1; i++)
     for (int j = -1; j <= 1; j++)
@@ -426,6 +427,15 @@ Domain whole_cell(const Config &c, double rc)
           owner.push_back(a);
         }
       }
+}
+
+// a domain with every atom of a periodic cell: its images one shell deep
+Domain whole_cell(const Config &c, double rc)
+{
+  const int n = static_cast<int>(c.species.size());
+  std::vector<double> x;
+  std::vector<int> owner;
+  one_shell(c, x, owner);
   return make_domain(x, owner, n, std::vector<bool>(n, true), rc);
 }
 
@@ -565,19 +575,9 @@ TEST(DistributedGradient, TwoDomainsEqualOne)
   const int n = static_cast<int>(c.species.size());
   const double rc = m->metadata().cutoff;
   // explicit images (one shell) of the periodic cell
-  std::vector<double> x(c.pos);
-  std::vector<int> owner(n);
-  for (int a = 0; a < n; a++) owner[a] = a;
-  for (int i = -1; i <= 1; i++)
-    for (int j = -1; j <= 1; j++)
-      for (int k = -1; k <= 1; k++) {
-        if (!i && !j && !k) continue;
-        for (int a = 0; a < n; a++) {
-          for (int d = 0; d < 3; d++)
-            x.push_back(c.pos[3 * a + d] + i * c.cell[0][d] + j * c.cell[1][d] + k * c.cell[2][d]);
-          owner.push_back(a);
-        }
-      }
+  std::vector<double> x;
+  std::vector<int> owner;
+  one_shell(c, x, owner);
   std::vector<bool> all(n, true), left(n), right(n);
   for (int a = 0; a < n; a++) {
     left[a] = c.pos[3 * a] < 0.5 * c.cell[0][0];
