@@ -639,8 +639,8 @@ void PairTorchKokkos<DeviceType>::halo_rows_out(double *rows, int64_t nrows, int
   typename DeviceType::execution_space().fence("torch/kk: halo rows ready for LibTorch");
 }
 
-template <class DeviceType>
-void PairTorchKokkos<DeviceType>::halo_forward(const double *owned, double *all, int width)
+// k_halo holds [nall][width]: grown with 50% headroom, never shrunk
+template <class DeviceType> void PairTorchKokkos<DeviceType>::ensure_halo_capacity(int width)
 {
   const int64_t need = static_cast<int64_t>(atom->nlocal + atom->nghost) * width;
   if (static_cast<int64_t>(k_halo.extent(0)) < need || k_halo.extent(0) == 0) {
@@ -648,6 +648,12 @@ void PairTorchKokkos<DeviceType>::halo_forward(const double *owned, double *all,
         "torch/kk:halo", std::max<int64_t>({need + need / 2, MIN_CAPACITY}));
     capacity_changes += 1.0;
   }
+}
+
+template <class DeviceType>
+void PairTorchKokkos<DeviceType>::halo_forward(const double *owned, double *all, int width)
+{
+  ensure_halo_capacity(width);
   halo_rows_in(owned, atom->nlocal, width, false);
   commflag = COMM_FEATURES;
   comm_width = width;
@@ -659,12 +665,7 @@ void PairTorchKokkos<DeviceType>::halo_forward(const double *owned, double *all,
 template <class DeviceType>
 void PairTorchKokkos<DeviceType>::halo_reverse(const double *all, double *owned, int width)
 {
-  const int64_t need = static_cast<int64_t>(atom->nlocal + atom->nghost) * width;
-  if (static_cast<int64_t>(k_halo.extent(0)) < need || k_halo.extent(0) == 0) {
-    k_halo = Kokkos::DualView<double *, DeviceType>(
-        "torch/kk:halo", std::max<int64_t>({need + need / 2, MIN_CAPACITY}));
-    capacity_changes += 1.0;
-  }
+  ensure_halo_capacity(width);
   k_halo.template sync<DeviceType>();
   Kokkos::deep_copy(k_halo.template view<DeviceType>(), 0.0);
   halo_rows_in(all, halo_device_rows ? nnodes_model : nnodes_real, width, true);

@@ -99,6 +99,7 @@ template <class DeviceType> class PairTorchKokkos : public PairTorch, public Kok
   static constexpr int64_t MIN_CAPACITY = 16;
 
   void ensure_capacity(int64_t nodes, int64_t edges);
+  void ensure_halo_capacity(int width);
 };
 
 }    // namespace LAMMPS_NS

@@ -115,9 +115,10 @@ struct FixTorchFinetune::Replay {
   std::vector<double> fref;    // [n_local][3] teacher forces
   double e_ref = 0.0, w_ref[6] = {0, 0, 0, 0, 0, 0};
   double natoms = 0.0;    // covered atoms of the whole configuration
-  // the halo exchange of a layered model on this stored piece: the same
-  // owner map, by MPI_Alltoallv, as LAMMPS's forward/reverse comm did when
-  // the configuration was stored
+  // the exchange along this stored piece's owner map, by MPI_Alltoallv, as
+  // LAMMPS's forward/reverse comm did when the configuration was stored: the
+  // partial forces and residual weights of a replay (width 3), and a layered
+  // model's features
   struct Halo : public MLTorch::HaloExchange {
     Halo(const Replay &piece, MPI_Comm comm) : r(piece), world(comm) {}
     void forward(const double *owned, double *all, int w) override
@@ -1119,7 +1120,8 @@ void FixTorchFinetune::train_replay(Replay &r, MLTorch::Model &model)
   in.edge_vectors = r.edge_vec.data();
   in.edge_index = r.edge_index.data();
   in.species = r.species.data();
-  // a piece stored under the halo exchange holds ghosts one cutoff deep
+  // a piece stored under the halo exchange holds ghosts one cutoff deep;
+  // partial forces and residual weights travel along the same owner map
   Replay::Halo halo(r, world);
   if (student->halo_exchange()) in.halo = &halo;
   double e_part = 0.0, w_part[6];
@@ -1130,23 +1132,10 @@ void FixTorchFinetune::train_replay(Replay &r, MLTorch::Model &model)
     error->one(FLERR, "Fix torch/finetune replay on step {}: {}", update->ntimestep, e.what());
   }
 
-  // partial forces of ghost nodes -> owners
-  const int nprocs = comm->nprocs;
-  std::vector<int> sc3(nprocs), sd3(nprocs), rc3(nprocs), rd3(nprocs);
-  for (int p = 0; p < nprocs; ++p) {
-    sc3[p] = 3 * r.send_counts[p];
-    sd3[p] = 3 * r.send_displs[p];
-    rc3[p] = 3 * r.recv_counts[p];
-    rd3[p] = 3 * r.recv_displs[p];
-  }
-  std::vector<double> sendbuf(3 * r.ghost_nodes.size()), recvbuf(3 * r.recv_slots.size());
-  for (std::size_t g = 0; g < r.ghost_nodes.size(); ++g)
-    for (int k = 0; k < 3; ++k) sendbuf[3 * g + k] = nf[3 * r.ghost_nodes[g] + k];
-  MPI_Alltoallv(sendbuf.data(), sc3.data(), sd3.data(), MPI_DOUBLE, recvbuf.data(), rc3.data(),
-                rd3.data(), MPI_DOUBLE, world);
-  std::vector<double> F(nf.begin(), nf.begin() + 3 * r.n_local);
-  for (std::size_t q = 0; q < r.recv_slots.size(); ++q)
-    for (int k = 0; k < 3; ++k) F[3 * r.recv_slots[q] + k] += recvbuf[3 * q + k];
+  // partial forces of ghost nodes -> owners: the piece's reverse exchange
+  // (the same owner map a layered model's features travel along)
+  std::vector<double> F(3 * r.n_local);
+  halo.reverse(nf.data(), F.data(), 3);
 
   double local[8] = {e_part, w_part[0], w_part[1], w_part[2], w_part[3], w_part[4], w_part[5], 0.0};
   for (int64_t n = 0; n < 3 * r.n_local; ++n) {
@@ -1159,14 +1148,9 @@ void FixTorchFinetune::train_replay(Replay &r, MLTorch::Model &model)
                             r.natoms);
 
   // residual weights: own nodes directly, ghost nodes from their owners
-  std::vector<double> weights(3 * r.n_nodes, 0.0);
-  for (int64_t n = 0; n < 3 * r.n_local; ++n) weights[n] = t.cf * (F[n] - r.fref[n]);
-  for (std::size_t q = 0; q < r.recv_slots.size(); ++q)
-    for (int k = 0; k < 3; ++k) recvbuf[3 * q + k] = weights[3 * r.recv_slots[q] + k];
-  MPI_Alltoallv(recvbuf.data(), rc3.data(), rd3.data(), MPI_DOUBLE, sendbuf.data(), sc3.data(),
-                sd3.data(), MPI_DOUBLE, world);
-  for (std::size_t g = 0; g < r.ghost_nodes.size(); ++g)
-    for (int k = 0; k < 3; ++k) weights[3 * r.ghost_nodes[g] + k] = sendbuf[3 * g + k];
+  std::vector<double> owned(3 * r.n_local), weights(3 * r.n_nodes);
+  for (int64_t n = 0; n < 3 * r.n_local; ++n) owned[n] = t.cf * (F[n] - r.fref[n]);
+  halo.forward(owned.data(), weights.data(), 3);
   try {
     model.backward_train(weights, t.ce, t.cw);
   } catch (std::exception &e) {

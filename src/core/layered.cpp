@@ -34,9 +34,21 @@ namespace {
     return dst.to(in.device(), in.scalar_type());
   }
 
-  HaloExchange *halo_of(AutogradContext *ctx)
+  // what either operator's backward needs: the exchange, the row count of
+  // its input (the output rows of the adjoint) and where the buffers live
+  void remember(AutogradContext *ctx, int64_t halo, int64_t rows, bool host_buffers)
   {
-    return reinterpret_cast<HaloExchange *>(ctx->saved_data["halo"].toInt());
+    ctx->saved_data["halo"] = halo;
+    ctx->saved_data["rows"] = rows;
+    ctx->saved_data["host"] = host_buffers;
+  }
+
+  // the adjoint operator applied to the incoming gradient
+  template <class Adjoint> variable_list adjoint(AutogradContext *ctx, const variable_list &grad)
+  {
+    auto g = Adjoint::apply(grad[0], ctx->saved_data["halo"].toInt(), ctx->saved_data["rows"].toInt(),
+                            ctx->saved_data["host"].toBool());
+    return {g, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 
   struct HaloReverseOp;
@@ -46,9 +58,7 @@ namespace {
     static torch::Tensor forward(AutogradContext *ctx, const torch::Tensor &owned, int64_t halo,
                                  int64_t n_nodes, bool host_buffers)
     {
-      ctx->saved_data["halo"] = halo;
-      ctx->saved_data["rows"] = owned.size(0);
-      ctx->saved_data["host"] = host_buffers;
+      remember(ctx, halo, owned.size(0), host_buffers);
       return exchange(owned, reinterpret_cast<HaloExchange *>(halo), n_nodes, true, host_buffers);
     }
     static variable_list backward(AutogradContext *ctx, variable_list grad);
@@ -59,25 +69,19 @@ namespace {
     static torch::Tensor forward(AutogradContext *ctx, const torch::Tensor &all, int64_t halo,
                                  int64_t n_local, bool host_buffers)
     {
-      ctx->saved_data["halo"] = halo;
-      ctx->saved_data["rows"] = all.size(0);
-      ctx->saved_data["host"] = host_buffers;
+      remember(ctx, halo, all.size(0), host_buffers);
       return exchange(all, reinterpret_cast<HaloExchange *>(halo), n_local, false, host_buffers);
     }
     static variable_list backward(AutogradContext *ctx, variable_list grad)
     {
       // (X^T)^T = X, itself differentiable: third derivatives stay exact too
-      auto g = HaloForwardOp::apply(grad[0], ctx->saved_data["halo"].toInt(),
-                                    ctx->saved_data["rows"].toInt(), ctx->saved_data["host"].toBool());
-      return {g, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+      return adjoint<HaloForwardOp>(ctx, grad);
     }
   };
 
   variable_list HaloForwardOp::backward(AutogradContext *ctx, variable_list grad)
   {
-    auto g = HaloReverseOp::apply(grad[0], ctx->saved_data["halo"].toInt(),
-                                  ctx->saved_data["rows"].toInt(), ctx->saved_data["host"].toBool());
-    return {g, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return adjoint<HaloReverseOp>(ctx, grad);
   }
 
 }    // namespace
@@ -88,17 +92,6 @@ torch::Tensor halo_exchange_rows(const torch::Tensor &in, HaloExchange *halo, in
   return exchange(in, halo, rows_out, forward, host_buffers);
 }
 
-torch::Tensor halo_forward(const torch::Tensor &owned, HaloExchange *halo, int64_t n_nodes,
-                           bool host_buffers)
-{
-  return HaloForwardOp::apply(owned, reinterpret_cast<int64_t>(halo), n_nodes, host_buffers);
-}
-
-torch::Tensor halo_reverse(const torch::Tensor &all, HaloExchange *halo, int64_t n_local,
-                           bool host_buffers)
-{
-  return HaloReverseOp::apply(all, reinterpret_cast<int64_t>(halo), n_local, host_buffers);
-}
 
 torch::Tensor run_layered(torch::jit::Module &module, const Metadata &meta,
                           const torch::Tensor &edge_vec, const torch::Tensor &edge_index,
@@ -128,7 +121,7 @@ torch::Tensor run_layered(torch::jit::Module &module, const Metadata &meta,
   auto h = call("stage_embed", {edge_vec, edge_index, species, n_local});
   expect(h, "stage_embed()", nlayers > 0 ? meta.feature_widths[0] : 0);
   for (int k = 0; k < nlayers; ++k) {
-    auto all = halo_forward(h + anchor, halo, n_nodes, host_buffers);
+    auto all = HaloForwardOp::apply(h + anchor, reinterpret_cast<int64_t>(halo), n_nodes, host_buffers);
     h = call("stage_interaction", {int64_t(k), all, edge_vec, edge_index, species, n_local});
     expect(h, "stage_interaction(" + std::to_string(k) + ")", k + 1 < nlayers ? meta.feature_widths[k + 1] : 0);
   }

@@ -35,12 +35,6 @@ torch::Tensor run_layered(torch::jit::Module &module, const Metadata &meta,
 torch::Tensor halo_exchange_rows(const torch::Tensor &in, HaloExchange *halo, int64_t rows_out,
                                  bool forward, bool host_buffers);
 
-// The exchange operators themselves (exposed for the core's unit tests).
-torch::Tensor halo_forward(const torch::Tensor &owned, HaloExchange *halo, int64_t n_nodes,
-                           bool host_buffers);
-torch::Tensor halo_reverse(const torch::Tensor &all, HaloExchange *halo, int64_t n_local,
-                           bool host_buffers);
-
 }    // namespace MLTorch
 
 #endif

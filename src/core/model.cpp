@@ -494,8 +494,8 @@ double Model::evaluate_into(const GraphInput &in, double *edge_grad, double *nod
   torch::Tensor local_energy, grad;
   // the compiled graphs are exported for >= 2 edges and nodes and >= 1 local
   // atom; the rare smaller graph (a nearly empty subdomain) runs the twin
-  // (a layered model under the halo exchange runs the twin's stages: the
-  // package holds the single-call graph)
+  // (a layered model under the halo exchange runs its compiled stages below,
+  // or, from a package without them, the twin's stages)
   const bool layered = impl->meta.layered && in.halo;
   const bool big = in.n_edges >= 2 && in.n_nodes >= 2 && in.n_local >= 1;
   const bool compiled = impl->compiled && !layered && big;
