@@ -127,8 +127,15 @@ if ! .venv/bin/python -c "import torch, numpy, matplotlib" 2>/dev/null; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q "$torch_spec" numpy matplotlib
 fi
-# the project's own tooling (mltorch-info, mltorch-compile, exporter, trainer), editable
-if ! .venv/bin/python -c "import mltorch.compiled" 2>/dev/null || [ ! -x .venv/bin/mltorch-compile ]; then
+# the frameworks mltorch-import imports from (their PyPI wheels; torch pinned
+# to ours so that pip keeps the LibTorch we link): SevenNet ships its trained
+# universal potentials in its wheel
+if ! .venv/bin/python -c "import sevenn, e3nn, ase" 2>/dev/null; then
+  .venv/bin/python -m pip install -q "sevenn==0.13.0" "$torch_spec"
+fi
+# the project's own tooling (mltorch-info, mltorch-compile, mltorch-import,
+# exporter, trainer), editable
+if ! .venv/bin/python -c "import mltorch.importers" 2>/dev/null || [ ! -x .venv/bin/mltorch-import ]; then
   .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e potentials
 fi
 .venv/bin/python -c "import torch; print('torch', torch.__version__)"

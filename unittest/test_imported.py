@@ -1,0 +1,170 @@
+"""Imported models (mltorch-import) through LAMMPS against their framework's own model.
+
+SevenNet-0 (the checkpoint shipped in the `sevenn` wheel) imported with
+`mltorch-import sevenn`, run by `pair_style torch` (per-layer halo exchange,
+one cutoff of ghosts) on 1 and 3 ranks, on a periodic triclinic ternary
+(Zn, S, Se) cell: energy, forces, virial and per-atom energies against
+SevenNet's own graph and model (sevenn's `unlabeled_atoms_to_graph` and
+AtomGraphSequential, which is what `SevenNetCalculator` runs) in float64 to
+1e-10 relative, and in float32 against `SevenNetCalculator` itself.
+
+Run: python unittest/test_imported.py -v   (ctest does, with ML_TORCH_LMP and
+ML_TORCH_MPIEXEC set).
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+import warnings
+
+import numpy as np
+
+here = os.path.dirname(os.path.abspath(__file__))
+root = os.path.dirname(here)
+sys.path.insert(0, os.path.join(root, "potentials"))
+warnings.filterwarnings("ignore")
+
+NKTV2P = 1.6021765e6           # LAMMPS metal: bar * A^3 -> eV
+ELEMENTS = ["Zn", "S", "Se"]
+
+
+def ternary_cell(seed=5):
+    """64 atoms: zincblende ZnS with a quarter of S replaced by Se, a sheared
+    (triclinic) 2x2x2 cell in LAMMPS's orientation, rattled by 0.08 A."""
+    rng = np.random.default_rng(seed)
+    a = 5.55
+    fcc = np.array([[0, 0, 0], [0, .5, .5], [.5, 0, .5], [.5, .5, 0]])
+    frac, symbols = [], []
+    for i in range(2):
+        for j in range(2):
+            for k in range(2):
+                for b in fcc:
+                    frac.append((b + [i, j, k]) / 2)
+                    symbols.append("Zn")
+                    frac.append((b + 0.25 + [i, j, k]) / 2)
+                    symbols.append("Se" if rng.random() < 0.25 else "S")
+    cell = 2 * a * np.array([[1.0, 0.0, 0.0], [0.10, 1.0, 0.0], [-0.07, 0.12, 1.0]])
+    pos = np.array(frac) @ cell + rng.normal(0, 0.08, (len(frac), 3))
+    return pos, cell, symbols
+
+
+def write_data(path, pos, cell, symbols):
+    types = [ELEMENTS.index(s) + 1 for s in symbols]
+    with open(path, "w") as f:
+        f.write(f"ternary cell\n\n{len(pos)} atoms\n{len(ELEMENTS)} atom types\n\n")
+        f.write(f"0 {cell[0, 0]:.17g} xlo xhi\n0 {cell[1, 1]:.17g} ylo yhi\n0 {cell[2, 2]:.17g} zlo zhi\n")
+        f.write(f"{cell[1, 0]:.17g} {cell[2, 0]:.17g} {cell[2, 1]:.17g} xy xz yz\n\n")
+        f.write("Masses\n\n1 65.38\n2 32.06\n3 78.971\n\nAtoms # atomic\n\n")
+        for i, (p, t) in enumerate(zip(pos, types)):
+            f.write(f"{i + 1} {t} {p[0]:.17g} {p[1]:.17g} {p[2]:.17g}\n")
+
+
+def run_lammps(model, pos, cell, symbols, ranks):
+    """Energy, forces [n,3], virial [6] (xx yy zz xy xz yz, eV) and per-atom energies."""
+    work = tempfile.mkdtemp(prefix="imported-")
+    write_data(os.path.join(work, "cell.data"), pos, cell, symbols)
+    script = f"""
+units metal
+atom_style atomic
+atom_modify map array
+read_data cell.data
+pair_style torch
+pair_coeff * * {model} {' '.join(ELEMENTS)}
+compute pea all pe/atom
+compute vir all pressure NULL virial
+thermo_style custom step pe
+run 0 post no
+write_dump all custom forces.dump id fx fy fz c_pea modify sort id format float %.17g
+print "RESULT $(pe:%.17g) $(c_vir[1]:%.17g) $(c_vir[2]:%.17g) $(c_vir[3]:%.17g) \
+$(c_vir[4]:%.17g) $(c_vir[5]:%.17g) $(c_vir[6]:%.17g) $(vol:%.17g)"
+"""
+    with open(os.path.join(work, "in.imported"), "w") as f:
+        f.write(script)
+    mpiexec = os.environ.get("ML_TORCH_MPIEXEC", "mpiexec")
+    out = subprocess.run([mpiexec, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks),
+                          os.environ["ML_TORCH_LMP"], "-log", "none", "-echo", "none", "-nocite",
+                          "-in", "in.imported"], capture_output=True, text=True, cwd=work,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if out.returncode != 0:
+        raise AssertionError(out.stdout[-3000:] + out.stderr[-3000:])
+    v = [float(w) for w in out.stdout.split("RESULT ")[1].split()[:8]]
+    with open(os.path.join(work, "forces.dump")) as f:
+        lines = f.read().splitlines()
+    data = np.array([[float(w) for w in line.split()] for line in lines[9:]])
+    return {"energy": v[0], "virial": np.array(v[1:7]) * v[7] / NKTV2P,
+            "forces": data[:, 1:4], "energies": data[:, 4], "log": out.stdout}
+
+
+def virial_of(stress, volume):
+    """ASE stress (xx yy zz yz xz xy, eV/A^3) -> LAMMPS virial order xx yy zz xy xz yz (eV)."""
+    xx, yy, zz, yz, xz, xy = stress
+    return -np.array([xx, yy, zz, xy, xz, yz]) * volume
+
+
+def import_model(path, dtype):
+    out = subprocess.run([os.path.join(root, ".venv", "bin", "mltorch-import"), "sevenn", "7net-0",
+                          "-o", path, "--elements", *ELEMENTS, "--dtype", dtype],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise AssertionError(out.stdout + out.stderr)
+    return out.stdout
+
+
+@unittest.skipUnless(os.environ.get("ML_TORCH_LMP"), "ML_TORCH_LMP (the lmp executable) not set")
+class SevenNetThroughLammps(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        from ase import Atoms
+        cls.work = tempfile.mkdtemp(prefix="sevenn-")
+        cls.pos, cls.cell, cls.symbols = ternary_cell()
+        cls.atoms = Atoms(cls.symbols, positions=cls.pos, cell=cls.cell, pbc=True)
+        cls.volume = abs(np.linalg.det(cls.cell))
+
+    def compare(self, got, ref, tol_rel, what):
+        scale_f = np.abs(ref["forces"]).max()
+        d = {"energy": abs(got["energy"] - ref["energy"]) / abs(ref["energy"]),
+             "forces": np.abs(got["forces"] - ref["forces"]).max() / scale_f,
+             "virial": np.abs(got["virial"] - ref["virial"]).max() / np.abs(ref["virial"]).max(),
+             "energies": np.abs(got["energies"] - ref["energies"]).max() / np.abs(ref["energies"]).max()}
+        print(f"\n{what}: relative differences " + ", ".join(f"{k} {v:.2g}" for k, v in d.items()))
+        for key, value in d.items():
+            self.assertLess(value, tol_rel, f"{what}: {key}")
+        return d
+
+    def test_float64_equals_sevenn_on_1_and_3_ranks(self):
+        from mltorch.importers import sevenn as s7
+        model = os.path.join(self.work, "7net-0_f64.pt")
+        print(import_model(model, "float64"))
+        ref = s7.reference(self.atoms, "7net-0", "float64")
+        ref["virial"] = virial_of(ref["stress"], self.volume)
+        for ranks in (1, 3):
+            got = run_lammps(model, self.pos, self.cell, self.symbols, ranks)
+            self.assertIn("halo exchange", got["log"])
+            self.compare(got, ref, 1e-10, f"float64, {ranks} rank(s)")
+
+    def test_float32_equals_sevenn_calculator_on_1_and_3_ranks(self):
+        """float32 against SevenNetCalculator to its own float32 noise: the
+        tolerance is 10x the calculator's own distance from float64 SevenNet."""
+        from mltorch.importers import sevenn as s7
+        from sevenn.calculator import SevenNetCalculator
+        model = os.path.join(self.work, "7net-0_f32.pt")
+        print(import_model(model, "float32"))
+        atoms = self.atoms.copy()
+        atoms.calc = SevenNetCalculator("7net-0", device="cpu")
+        calc = {"energy": atoms.get_potential_energy(), "forces": atoms.get_forces(),
+                "energies": atoms.calc.results["energies"],
+                "virial": virial_of(atoms.get_stress(), self.volume)}
+        exact = s7.reference(self.atoms, "7net-0", "float64")
+        exact["virial"] = virial_of(exact["stress"], self.volume)
+        noise = self.compare(calc, exact, 1e-4, "SevenNetCalculator (float32) vs float64 SevenNet")
+        tol = 10 * max(noise.values())
+        for ranks in (1, 3):
+            got = run_lammps(model, self.pos, self.cell, self.symbols, ranks)
+            self.compare(got, calc, tol, f"float32, {ranks} rank(s), vs SevenNetCalculator "
+                                         f"(tolerance {tol:.2g})")
+
+
+if __name__ == "__main__":
+    unittest.main()
