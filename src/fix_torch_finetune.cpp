@@ -525,7 +525,8 @@ void FixTorchFinetune::setup_trainable()
   const bigint ntrain = model_->num_trainable();
   if (ntrain == 0)
     error->all(FLERR, "Fix torch/finetune: nothing to train: model {} has {} parameters and the "
-                      "train/freeze keywords leave none trainable",
+                      "train/freeze keywords and the file's own frozen parameters (requires_grad "
+                      "false) leave none trainable",
                model_path, model_->num_parameters());
   try {
     training = std::make_unique<MLTorch::TrainingState>(members, *opt);

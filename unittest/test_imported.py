@@ -166,5 +166,119 @@ class SevenNetThroughLammps(unittest.TestCase):
                                          f"(tolerance {tol:.2g})")
 
 
+FINETUNE = """
+units metal
+atom_style atomic
+atom_modify map array
+read_data cell.data
+pair_style torch
+pair_coeff * * {model} Zn S Se
+fix ft all torch/finetune 1 teacher "lj/cut 5.0" "* * 0.01 2.4" optimizer sgd lr 1.0 \
+    weights 1.0 10.0 0.0 save 1 saved.pt log 1{extra}
+run 1
+"""
+TEACHER = """
+units metal
+atom_style atomic
+atom_modify map array
+read_data cell.data
+pair_style lj/cut 5.0
+pair_coeff * * 0.01 2.4
+run 0 post no
+write_dump all custom labels.dump id fx fy fz modify sort id format float %.17g
+print "LABEL $(pe:%.17g)"
+"""
+
+
+def lammps(script, work, ranks, partition=None):
+    with open(os.path.join(work, "in.run"), "w") as f:
+        f.write(script)
+    mpiexec = os.environ.get("ML_TORCH_MPIEXEC", "mpiexec")
+    args = [mpiexec, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks),
+            os.environ["ML_TORCH_LMP"], "-log", "none", "-echo", "none", "-nocite", "-in", "in.run"]
+    if partition:
+        args += ["-partition", partition]
+    out = subprocess.run(args, capture_output=True, text=True, cwd=work,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if out.returncode != 0:
+        raise AssertionError(out.stdout[-3000:] + out.stderr[-3000:])
+    return out.stdout
+
+
+@unittest.skipUnless(os.environ.get("ML_TORCH_LMP"), "ML_TORCH_LMP (the lmp executable) not set")
+class SevenNetFinetune(unittest.TestCase):
+    """fix torch/finetune on imported SevenNet-0 (float64): one SGD step with lr 1
+    gives theta - theta' = the loss gradient, which must equal autograd of the
+    loss on the same model and labels in Python, on 1 and 2 ranks and on 2
+    replicas (-partition 2x1, identical configurations: the replica mean is the
+    same gradient), for all parameters and for a subset (train post)."""
+
+    @classmethod
+    def setUpClass(cls):
+        import torch
+        cls.work = tempfile.mkdtemp(prefix="sevenn-ft-")
+        cls.pos, cls.cell, cls.symbols = ternary_cell(seed=9)
+        write_data(os.path.join(cls.work, "cell.data"), cls.pos, cls.cell, cls.symbols)
+        cls.model = os.path.join(cls.work, "7net-0_f64.pt")
+        import_model(cls.model, "float64")
+        out = lammps(TEACHER, cls.work, 1)
+        e_ref = float(out.split("LABEL ")[1].split()[0])
+        with open(os.path.join(cls.work, "labels.dump")) as f:
+            f_ref = np.array([[float(w) for w in line.split()[1:4]] for line in f.read().splitlines()[9:]])
+        # the loss gradient in Python: autograd on the same model and labels
+        from mltorch import layered
+        from mltorch.export import read_metadata
+        meta = read_metadata(cls.model)
+        scripted = torch.jit.load(cls.model)
+        species = torch.tensor([ELEMENTS.index(s) for s in cls.symbols])
+        e, f, _ = layered.evaluate(scripted, meta["num_interaction_layers"], torch.tensor(cls.pos),
+                                   torch.tensor(cls.cell), species, meta["cutoff"], layered=True,
+                                   create_graph=True)
+        n = len(cls.pos)
+        loss = ((e.sum() - e_ref) / n) ** 2 + 10.0 / (3 * n) * ((f - torch.tensor(f_ref)) ** 2).sum()
+        names, params = zip(*[(k, p) for k, p in scripted.named_parameters() if p.requires_grad])
+        grads = torch.autograd.grad(loss, params, allow_unused=True)
+        cls.grad = {k: (g if g is not None else torch.zeros_like(p)).detach()
+                    for k, p, g in zip(names, params, grads)}
+        cls.theta = {k: p.detach().clone() for k, p in scripted.named_parameters()}
+        cls.loss = float(loss)
+
+    def step(self, ranks, partition=None, extra=""):
+        import torch
+        work = tempfile.mkdtemp(prefix="sevenn-ft-run-")
+        os.symlink(os.path.join(self.work, "cell.data"), os.path.join(work, "cell.data"))
+        out = lammps(FINETUNE.format(model=self.model, extra=extra), work, ranks, partition)
+        saved = os.path.join(work, "saved.pt")
+        if partition:   # every replica keeps the same model: replica 0 saves it
+            self.assertTrue(os.path.exists(saved), os.listdir(work))
+        return {k: p.detach() for k, p in torch.jit.load(saved).named_parameters()}, out
+
+    def check(self, theta_new, trained, what):
+        import torch
+        worst, scale, where = 0.0, max(float(g.abs().max()) for g in self.grad.values()), ""
+        for k, old in self.theta.items():
+            got = old - theta_new[k]
+            want = self.grad[k] if (k in self.grad and trained(k)) else torch.zeros_like(old)
+            d = float((got - want).abs().max())
+            if d > worst:
+                worst, where = d, f" in {k}: {float(got.abs().max()):.3g} vs {float(want.abs().max()):.3g}"
+        print(f"\n{what}: loss {self.loss:.6g}, largest gradient {scale:.3g}, "
+              f"largest difference {worst:.2g} ({worst / scale:.2g} relative){where}")
+        self.assertLess(worst / scale, 1e-10, what)
+
+    def test_gradient_equals_python_on_1_and_2_ranks(self):
+        for ranks in (1, 2):
+            theta, _ = self.step(ranks)
+            self.check(theta, lambda k: True, f"all {len(self.theta)} parameter tensors, {ranks} rank(s)")
+
+    def test_gradient_on_2_replicas(self):
+        theta, _ = self.step(2, partition="2x1")
+        self.check(theta, lambda k: True, "2 replicas")
+
+    def test_subset(self):
+        theta, _ = self.step(1, extra=" train post")
+        self.check(theta, lambda k: k.startswith("post"), "train post")
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -166,6 +166,9 @@ struct Model::Impl {
   // gradients only while a training graph is built, so that plain MD keeps no
   // activations for weight gradients
   std::vector<bool> trainable;
+  // the parameters the file itself declares trainable (requires_grad as saved:
+  // e.g. SevenNet's per-species scale and shift are not); the others never train
+  std::vector<bool> declared;
   bool params_require_grad = true;
 
   void set_params_require_grad(bool on)
@@ -351,7 +354,8 @@ Model::Model(const std::string &bytes, const std::string &source, const std::str
       throw ModelError("Model file " + source + ": buffer '" + b.name +
                        "' holds NaN or infinite values; the file is broken");
   impl->module.eval();
-  impl->trainable.assign(impl->module.parameters().size(), true);
+  for (const auto &p : impl->module.parameters()) impl->declared.push_back(p.requires_grad());
+  impl->trainable = impl->declared;
   impl->set_params_require_grad(false);
   impl->bind_compiled_state();
 }
@@ -698,8 +702,8 @@ void Model::set_trainable(const std::vector<bool> &mask)
     throw ModelError("set_trainable(): mask shorter than the parameter list");
   std::size_t k = 0;
   for (auto p : impl->module.parameters()) {
-    impl->trainable[k] = mask[k];
-    p.requires_grad_(impl->params_require_grad && mask[k]);
+    impl->trainable[k] = mask[k] && impl->declared[k];
+    p.requires_grad_(impl->params_require_grad && impl->trainable[k]);
     if (p.grad().defined()) p.mutable_grad() = torch::Tensor();
     ++k;
   }
