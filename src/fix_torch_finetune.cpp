@@ -40,6 +40,7 @@
 #include "neighbor.h"
 #include "pair.h"
 #include "pair_torch.h"
+#include "timer.h"
 #include "universe.h"
 #include "platform.h"
 #include "update.h"
@@ -554,6 +555,27 @@ void FixTorchFinetune::setup_trainable()
 
 void FixTorchFinetune::check_replicas_consistent(bool broadcast)
 {
+  // a command that stops one partition by itself (its own clock, its own
+  // condition) would leave the other replicas waiting in the next gradient
+  // reduction: refused with replicas, decided over the universe because one
+  // partition alone may hold it
+  if (universe->nworlds > 1) {
+    std::string stopper;
+    if (timer->has_timeout()) stopper = "timer timeout";
+    for (int i = 0; i < modify->nfix; ++i)
+      if (utils::strmatch(modify->fix[i]->style, "^halt"))
+        stopper = fmt::format("fix {} ({})", modify->fix[i]->id, modify->fix[i]->style);
+    int mine = stopper.empty() ? 0 : 1, any = 0;
+    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, universe->uworld);
+    if (any)
+      error->all(FLERR,
+                 "Fix torch/finetune with {} partitions: {} stops one partition on its own, so "
+                 "the replicas would leave the run at different steps and the others would wait "
+                 "forever in the next gradient reduction; with replicas, stop all of them at one "
+                 "step (a run length that every partition computes alike, e.g. from a file that "
+                 "partition 0 writes one chunk ahead: examples/slurm/in.finetune)",
+                 universe->nworlds, stopper.empty() ? "'timer timeout' or fix halt in another partition" : stopper);
+  }
   // everything that decides when a universe-wide collective happens or what
   // the optimizer does: the model, the settings, the counters and the phase
   // of the training schedule (collectives of replicas must pair up)

@@ -1240,6 +1240,35 @@ TEST(ReplicaErrors, DifferentLearningRates)
   EXPECT_NE(msg.find("lr 0.001"), std::string::npos) << msg;
 }
 
+// a command that stops one partition by itself: refused on every replica
+// (also when only partition 0 has it), never a hang
+static std::string stopper_error(const std::string &command)
+{
+  Lammps l(MPI_COMM_WORLD, partitions());
+  l.cmds(silicon(2, 7, "ortho"));
+  l.cmds({"pair_style torch", "pair_coeff * * " + student + " Si",
+          "fix ft all torch/finetune 1 " + teacher() + " log 0", "fix md all nve",
+          "variable t equal step", command});
+  try {
+    l.cmd("run 2 post no");
+  } catch (std::exception &e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ReplicaErrors, StoppersOfOnePartitionRefused)
+{
+  if (nprocs < 2) GTEST_SKIP() << "needs >= 2 MPI ranks";
+  for (const std::string cmd : {"partition yes 1 timer timeout 1:00:00", "timer timeout 1:00:00",
+                                "fix stop all halt 1 v_t > 1e9 error soft",
+                                "partition yes 1 fix stop all halt 1 v_t > 1e9 error soft"}) {
+    const std::string msg = stopper_error(cmd);
+    EXPECT_NE(msg.find("stops one partition on its own"), std::string::npos)
+        << cmd << ": got '" << msg << "'";
+  }
+}
+
 /* ----------------------------------------------------------------------
    review defect: init() met the other replicas, so a command that calls
    it (write_restart, velocity, run 0, ...) in one partition only hung the
