@@ -224,6 +224,10 @@ def compile_model(module, twin_path, out_path, *, device="cpu", threads=1, check
         raise ExportError(f"simdlen must be 0 (no vectors), 128, 256 or 512 bits, got {simdlen!r}")
     dev = torch.device(device)
     module = module.to(dev, dtype).eval()
+    # a wrapper of another framework's modules may need to make them exportable
+    # (e.g. mltorch.importers.sevenn); it says so with prepare_export()
+    if hasattr(module, "prepare_export"):
+        module.prepare_export()
     for p in module.parameters():
         p.requires_grad_(False)
     names, state = _state(module)

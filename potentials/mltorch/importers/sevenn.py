@@ -160,6 +160,15 @@ def load_sevenn(checkpoint, dtype, modality=None):
     return model.eval(), cp.config
 
 
+def _message_gather(node_features: Tensor, edge_dst: Tensor, message: Tensor) -> Tensor:
+    """sevenn.nn.convolution.message_gather with the node count from .size(0)."""
+    from sevenn.nn.util import broadcast
+    index = broadcast(edge_dst, message, 0)
+    out = torch.zeros([node_features.size(0)] + list(message.shape[1:]), dtype=node_features.dtype,
+                      device=node_features.device)
+    return out.scatter_reduce_(0, index, message, reduce="sum")
+
+
 class SevenNetModel(nn.Module):
     """A SevenNet checkpoint behind the ML-TORCH model contract (layered).
 
@@ -232,6 +241,15 @@ class SevenNetModel(nn.Module):
         finally:
             ctx.__exit__(None, None, None)
         return self
+
+    def prepare_export(self):
+        """For mltorch-compile: SevenNet's message_gather sizes its output with
+        len(node_features), which torch.export cannot keep symbolic; the same
+        scatter with .size(0) is put in its place in sevenn.nn.convolution (the
+        only change, numerically identical; checked by mltorch-compile against
+        the TorchScript file)."""
+        import sevenn.nn.convolution as conv
+        conv.message_gather = _message_gather
 
     # --- the pieces ----------------------------------------------------------
 
