@@ -162,6 +162,9 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--pairs", type=int, default=1)
     ap.add_argument("--smoke", action="store_true", help="64 atoms, 1 step, 1 and 2 ranks")
+    ap.add_argument("--compiled", default=None,
+                    help="also run this compiled package of the imported model (mltorch-compile "
+                         "7net-0_Si.pt, about 12 minutes on 2 cores)")
     args = ap.parse_args()
     if args.smoke:
         args.cells, args.ranks, args.steps, args.pairs = [2], [1, 2], 1, 1
@@ -174,6 +177,7 @@ def main():
     load = f"plugin load {plugin}"
     print(f"{'atoms':>6} {'ranks':>5} {'e3gnn s/step':>13} {'torch s/step':>13} "
           f"{'torch atom-steps/s':>18} {'torch/e3gnn':>11} {'max |dF| eV/A':>13}  e3gnn")
+    variants = [("torch", ours)] + ([("compiled", os.path.abspath(args.compiled))] if args.compiled else [])
     failures = 0
     for cells in args.cells:
         atoms = 8 * cells ** 3
@@ -185,6 +189,16 @@ def main():
                 # e3gnn on several ranks is not exact (see above): run it once to show what it does
                 e = run_once(lmp, "e3gnn", deployed, load, cells, ranks, args.steps, tmp)
                 t = run_once(lmp, "torch", ours, "", cells, ranks, args.steps, tmp)
+                for label, path in variants[1:]:
+                    c = run_once(lmp, "torch", path, "", cells, ranks, args.steps, tmp)
+                    if "failed" in c:
+                        print(f"{label} failed: {c['failed']}")
+                        failures += 1
+                    else:
+                        print(f"  {label}: {c['step']:.3f} s/step, {atoms / c['step']:.1f} atom-steps/s"
+                              + (f", e3gnn/{label} {e['step'] / c['step']:.2f}" if "step" in e else "")
+                              + (f", max |dF| vs e3gnn {float(np.abs(e['forces'] - c['forces']).max()):.2g}"
+                                 if "forces" in e else ""), flush=True)
                 if "failed" in t:
                     print(f"torch failed: {t['failed']}")
                     failures += 1
