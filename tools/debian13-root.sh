@@ -23,16 +23,9 @@ kokkos_version=5.2.2    # Debian unstable's libkokkos-dev; LAMMPS 2026 needs >= 
 
 usage() { echo "usage: $0 create ROOT | run ROOT CMD..." >&2; exit 2; }
 
-# the Debian mirror the host's apt already uses (no mirror host is written here)
-host_debian_uri() {
-  local uri
-  uri=$(grep -h -m1 -E '^URIs:.*debian' /etc/apt/sources.list.d/*.sources 2>/dev/null \
-          | grep -v security | awk '{print $2}' | head -n1 || true)
-  [ -n "$uri" ] || uri=$(grep -h -E '^deb .*debian' /etc/apt/sources.list 2>/dev/null \
-                           | grep -v security | awk '{print $2}' | head -n1 || true)
-  [ -n "$uri" ] || { echo "ERROR: no Debian apt source on this host to take the mirror from" >&2; exit 1; }
-  echo "$uri"
-}
+# host_debian_uri: the Debian mirror the host's apt already uses
+# shellcheck source=tools/debian-mirror.sh
+. "$here/tools/debian-mirror.sh"
 
 # run CMD in ROOT in a private mount namespace
 run_in() {

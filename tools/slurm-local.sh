@@ -61,16 +61,9 @@ binds=(/tmp "$here" "$cache")
 usage() { echo "usage: $0 up | down | status | exec CMD..." >&2; exit 2; }
 say() { echo "slurm-local: $*"; }
 
-# the Debian mirror the host's apt already uses (no mirror host is written here)
-host_debian_uri() {
-  local uri
-  uri=$(grep -h -m1 -E '^URIs:.*debian' /etc/apt/sources.list.d/*.sources 2>/dev/null \
-          | grep -v security | awk '{print $2}' | head -n1 || true)
-  [ -n "$uri" ] || uri=$(grep -h -E '^deb .*debian' /etc/apt/sources.list 2>/dev/null \
-                           | grep -v security | awk '{print $2}' | head -n1 || true)
-  [ -n "$uri" ] || { echo "ERROR: no Debian apt source on this host to take the mirror from" >&2; exit 1; }
-  echo "$uri"
-}
+# host_debian_uri: the Debian mirror the host's apt already uses
+# shellcheck source=tools/debian-mirror.sh
+. "$here/tools/debian-mirror.sh"
 
 # in_root DIR CMD...: CMD inside the root DIR, in a new private mount namespace
 # with /proc, /dev, /sys and the binds, from the caller's directory (which

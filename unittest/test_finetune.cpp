@@ -1193,17 +1193,22 @@ TEST_F(FinetuneErrors, RestartWithOtherModel)
 /* ---------------------------------------------------------------------- */
 
 // the ERROR of a one-step run in which partition 0 sets ${v} to `first` and
-// the other partitions to `other` ("" if there is none)
+// the other partitions to `other` (no ${v} if `first` is empty), with the
+// commands `after` issued after the fix ("" if there is none)
 static std::string replica_error(const std::string &first, const std::string &other,
-                                 const std::string &model, const std::string &fix_args)
+                                 const std::string &model, const std::string &fix_args,
+                                 const std::vector<std::string> &after = {})
 {
   Lammps l(MPI_COMM_WORLD, partitions());
-  std::string values;
-  for (int w = 0; w < nprocs; ++w) values += " " + (w == 0 ? first : other);
-  l.cmd("variable v world" + values);
+  if (!first.empty()) {
+    std::string values;
+    for (int w = 0; w < nprocs; ++w) values += " " + (w == 0 ? first : other);
+    l.cmd("variable v world" + values);
+  }
   l.cmds(silicon(2, 7, "ortho"));
   l.cmds({"pair_style torch", "pair_coeff * * " + model + " Si",
           "fix ft all torch/finetune " + fix_args});
+  l.cmds(after);
   try {
     l.cmd("run 1 post no");
   } catch (std::exception &e) {
@@ -1242,28 +1247,14 @@ TEST(ReplicaErrors, DifferentLearningRates)
 
 // a command that stops one partition by itself: refused on every replica
 // (also when only partition 0 has it), never a hang
-static std::string stopper_error(const std::string &command)
-{
-  Lammps l(MPI_COMM_WORLD, partitions());
-  l.cmds(silicon(2, 7, "ortho"));
-  l.cmds({"pair_style torch", "pair_coeff * * " + student + " Si",
-          "fix ft all torch/finetune 1 " + teacher() + " log 0", "fix md all nve",
-          "variable t equal step", command});
-  try {
-    l.cmd("run 2 post no");
-  } catch (std::exception &e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(ReplicaErrors, StoppersOfOnePartitionRefused)
 {
   if (nprocs < 2) GTEST_SKIP() << "needs >= 2 MPI ranks";
   for (const std::string cmd : {"partition yes 1 timer timeout 1:00:00", "timer timeout 1:00:00",
                                 "fix stop all halt 1 v_t > 1e9 error soft",
                                 "partition yes 1 fix stop all halt 1 v_t > 1e9 error soft"}) {
-    const std::string msg = stopper_error(cmd);
+    const std::string msg = replica_error("", "", student, "1 " + teacher() + " log 0",
+                                          {"variable t equal step", cmd});
     EXPECT_NE(msg.find("stops one partition on its own"), std::string::npos)
         << cmd << ": got '" << msg << "'";
   }
