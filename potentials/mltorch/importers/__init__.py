@@ -22,9 +22,6 @@ import torch
 from ..export import ExportError, export
 from .. import layered
 
-FRAMEWORKS = ("sevenn",)
-
-
 def _check_cell(elements, cutoff, seed=11):
     """A periodic triclinic cell of 8 atoms of the given elements on a rattled,
     sheared diamond lattice (neighbours about 2.4 A apart), smaller than the
@@ -39,7 +36,7 @@ def _check_cell(elements, cutoff, seed=11):
     return pos, cell, species
 
 
-def agreement(scripted, meta, reference, elements, dtype):
+def agreement(scripted, meta, reference, elements):
     """Largest differences of the file's energies and forces (stages with the
     exchange) from the framework's own on a periodic cell."""
     from ase import Atoms
@@ -109,7 +106,7 @@ def main(argv=None):
     if not args.no_check:
         scripted = torch.jit.load(args.output)
         check_elements = elements if len(elements) <= 4 else elements[:3]
-        d = agreement(scripted, meta, reference, check_elements, meta["dtype"])
+        d = agreement(scripted, meta, reference, check_elements)
         tol = {"float64": 1e-10, "float32": 5e-4}[meta["dtype"]]
         print(f"check against {args.framework}'s own model ({d['atoms']} atoms of "
               f"{' '.join(check_elements)}, periodic triclinic): energy {d['energy']:.2g} relative, "

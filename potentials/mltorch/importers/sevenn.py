@@ -83,11 +83,12 @@ def _default_dtype(dtype):
         torch.set_default_dtype(old)
 
 
+@contextlib.contextmanager
 def _quiet():
-    ctx = warnings.catch_warnings()
-    ctx.__enter__()
-    warnings.simplefilter("ignore")
-    return ctx
+    """SevenNet and e3nn warn on every build (deprecations, no accelerator)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
 
 
 def _fix_w3j(model, dtype):
@@ -128,8 +129,7 @@ def load_sevenn(checkpoint, dtype, modality=None):
     """SevenNet's own model (AtomGraphSequential) from `checkpoint` in `dtype`,
     with its config; `modality` selects a fidelity head of a multi-fidelity model."""
     from sevenn.util import load_checkpoint
-    ctx = _quiet()
-    try:
+    with _quiet():
         cp = load_checkpoint(checkpoint_path(checkpoint))
         model = cp.build_model()      # float32, the checkpoint's parameters (patched by SevenNet)
         if dtype != torch.float32:
@@ -138,8 +138,6 @@ def load_sevenn(checkpoint, dtype, modality=None):
             with _default_dtype(dtype):
                 model = build_E3_equivariant_model(cp.config)
             model.load_state_dict(state, strict=True)
-    finally:
-        ctx.__exit__(None, None, None)
     modal_map = getattr(model, "modal_map", None)
     if modality is not None:
         if not modal_map:
@@ -228,18 +226,12 @@ class SevenNetModel(nn.Module):
         scripting, which traces the modules e3nn marks for tracing), so that
         torch.jit.script of this wrapper succeeds."""
         from e3nn.util.jit import script
-        ctx = _quiet()
-        try:
-            dtype = self.type_index.new_zeros(0, dtype=torch.get_default_dtype()).dtype
-            dtype = next(p.dtype for p in self.parameters() if p.is_floating_point())
-            with _default_dtype(dtype):
-                self.edge_embedding = script(self.edge_embedding)
-                self.pre = nn.ModuleList([script(m) for m in self.pre])
-                self.blocks = nn.ModuleList([nn.ModuleList([script(m) for m in b])
-                                             for b in self.blocks])
-                self.post = nn.ModuleList([script(m) for m in self.post])
-        finally:
-            ctx.__exit__(None, None, None)
+        dtype = next(p.dtype for p in self.parameters() if p.is_floating_point())
+        with _quiet(), _default_dtype(dtype):
+            self.edge_embedding = script(self.edge_embedding)
+            self.pre = nn.ModuleList([script(m) for m in self.pre])
+            self.blocks = nn.ModuleList([nn.ModuleList([script(m) for m in b]) for b in self.blocks])
+            self.post = nn.ModuleList([script(m) for m in self.post])
         return self
 
     def prepare_export(self):
