@@ -47,6 +47,7 @@
 
 #include "committee.h"
 #include "model.h"
+#include "restart_record.h"
 #include "training.h"
 
 #include <algorithm>
@@ -54,42 +55,22 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <iterator>
 #include <limits>
 
 using namespace LAMMPS_NS;
 using namespace FixConst;
 
 namespace {
-// 2: committees (member count and hashes); version 1 files (one model) still load
-constexpr int RESTART_VERSION = 2;
 constexpr std::size_t BUCKET_DOUBLES = 1 << 20;    // 8 MB per reduction bucket
 constexpr int NSTATS = 7;                          // statistics appended to the gradient
 
-// positional pack/unpack of the restart payload
-void put_bytes(std::string &out, const std::string &bytes)
-{
-  const int64_t n = static_cast<int64_t>(bytes.size());
-  out.append(reinterpret_cast<const char *>(&n), sizeof(n));
-  out.append(bytes);
-}
-template <typename T> void put(std::string &out, const T &v)
-{
-  out.append(reinterpret_cast<const char *>(&v), sizeof(T));
-}
-template <typename T> T get(const char *&p)
-{
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  p += sizeof(T);
-  return v;
-}
-std::string get_bytes(const char *&p)
-{
-  const auto n = get<int64_t>(p);
-  std::string s(p, p + n);
-  p += n;
-  return s;
-}
+// a failure of a labelling or update step that every rank of the replica
+// has agreed on (FixTorchFinetune::fail_if), carried to the point where the
+// replicas decide together (FixTorchFinetune::replicas_agree)
+struct StepFailure : public std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 bool starts_with(const std::string &name, const std::string &prefix)
 {
@@ -610,14 +591,46 @@ void FixTorchFinetune::check_replicas_consistent(bool broadcast)
   for (std::string *bytes : {&state, &optim, &good, &good_opt})
     MLTorchMPI::broadcast_bytes(*bytes, 0, universe->uworld);
   MPI_Bcast(&loss_ema, 1, MPI_DOUBLE, 0, universe->uworld);
+  std::string failure;
   try {
     training->load_parameters(state);
     training->load_optimizer_state(optim);
     training->load_good(good, good_opt);
   } catch (std::exception &e) {
-    error->one(FLERR, "Fix torch/finetune: cannot take the parameters of universe rank 0: {}",
-               e.what());
+    failure = fmt::format("Fix torch/finetune: cannot take the parameters of universe rank 0: {}",
+                          e.what());
   }
+  MLTorchMPI::stop_collectively(error, universe->uworld, failure.empty(), failure);
+}
+
+/* ----------------------------------------------------------------------
+   failures inside the collective sequences of a labelling or update step
+   (the model's own exceptions, out of memory, data no model covers):
+   decided collectively, so that in library or Python mode, where an ERROR
+   throws instead of aborting, no rank or replica is left waiting in a
+   collective that the failing one skips. fail_if() is called by every rank
+   of the replica at the same point: when any failed, all throw StepFailure
+   with the lowest failing rank's message. replicas_agree() is called by
+   every rank of every replica at the same point with what they agreed:
+   when one replica failed, every replica stops with its message.
+------------------------------------------------------------------------- */
+
+void FixTorchFinetune::fail_if(const std::string &mine)
+{
+  std::string text = MLTorchMPI::first_failure(world, mine.empty(), mine);
+  if (text.empty()) return;
+  if (universe->nworlds > 1) text += fmt::format(" (in partition {})", universe->iworld + 1);
+  throw StepFailure(text);
+}
+
+void FixTorchFinetune::replicas_agree(const std::string &agreed)
+{
+  // one replica: its ranks agreed already, no further collective needed
+  if (universe->nworlds == 1) {
+    if (!agreed.empty()) error->all(FLERR, agreed);
+    return;
+  }
+  MLTorchMPI::stop_collectively(error, universe->uworld, agreed.empty(), agreed, false);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -813,12 +826,19 @@ void FixTorchFinetune::post_force(int /*vflag*/)
   // this step's graph, built once; it stays valid through the update
   MLTorch::GraphInput in;
   bool built = false, labelled = false;
-  if (!gated || gate_says_label()) {
-    student->training_graph(in);
-    built = true;
-    train_current(in);
-    labelled = true;
+  std::string failure;
+  try {
+    if (!gated || gate_says_label()) {
+      student->training_graph(in);
+      built = true;
+      train_current(in);
+      labelled = true;
+    }
+  } catch (StepFailure &e) {
+    failure = e.what();
   }
+  // before any reduction of the replicas: a failure in one stops all
+  replicas_agree(failure);
   if (++pending >= accumulate) {
     if (!built) student->training_graph(in);
     // the MD model's forces before the update: from labelling (member 1 is
@@ -927,11 +947,13 @@ void FixTorchFinetune::train_current(const MLTorch::GraphInput &in)
     // stage 1: partial forces of this rank's graph
     double e_part = 0.0, w_part[6];
     auto &node_forces = node_buf;
+    std::string failure;
     try {
       model.forward_train(in, e_part, node_forces, w_part);
     } catch (std::exception &e) {
-      error->one(FLERR, "Fix torch/finetune on step {}: {}", update->ntimestep, e.what());
+      failure = fmt::format("Fix torch/finetune on step {}: {}", update->ntimestep, e.what());
     }
+    fail_if(failure);
 
     // full model forces on the owners: LAMMPS reverse communication
     if (nall > 0) std::memset(&fpart[0][0], 0, sizeof(double) * 3 * nall);
@@ -961,8 +983,13 @@ void FixTorchFinetune::train_current(const MLTorch::GraphInput &in)
     double sum[16];
     MPI_Allreduce(local, sum, 16, MPI_DOUBLE, MPI_SUM, world);
     natoms = sum[14];
+    // the same sum on every rank of the replica, so all of them throw
     if (natoms < 1.0)
-      error->all(FLERR, "Fix torch/finetune: no atom of a type the model covers; nothing to train on");
+      throw StepFailure(fmt::format("Fix torch/finetune on step {}: no atom of a type the model "
+                                    "covers; nothing to train on{}", update->ntimestep,
+                                    universe->nworlds > 1 ? fmt::format(" (in partition {})",
+                                                                        universe->iworld + 1)
+                                                          : std::string()));
     const auto t = loss_terms(w_energy, w_force, w_stress, sum[0], sum[1], sum + 2, sum + 8,
                               sum[15], natoms);
 
@@ -980,8 +1007,9 @@ void FixTorchFinetune::train_current(const MLTorch::GraphInput &in)
     try {
       model.backward_train(weights, t.ce, t.cw);
     } catch (std::exception &e) {
-      error->one(FLERR, "Fix torch/finetune on step {}: {}", update->ntimestep, e.what());
+      failure = fmt::format("Fix torch/finetune on step {}: {}", update->ntimestep, e.what());
     }
+    fail_if(failure);
     if (m > 0) continue;
 
     loss = t.loss;
@@ -1063,14 +1091,18 @@ void FixTorchFinetune::store_replay(const MLTorch::GraphInput &in, double e_ref,
 
   std::vector<std::vector<int64_t>> by_owner(nprocs);
   std::vector<std::vector<int>> slots(nprocs);
-  for (int64_t n = in.n_local; n < in.n_nodes; ++n) {
+  std::string failure;
+  for (int64_t n = in.n_local; n < in.n_nodes && failure.empty(); ++n) {
     const int a = node2atom[n];
     const int owner = static_cast<int>(resid[a][0]);
-    if (owner < 0 || owner >= nprocs)
-      error->one(FLERR, "Fix torch/finetune: replay buffer: ghost atom without an owner slot");
+    if (owner < 0 || owner >= nprocs) {
+      failure = "Fix torch/finetune: replay buffer: ghost atom without an owner slot";
+      break;
+    }
     by_owner[owner].push_back(n);
     slots[owner].push_back(static_cast<int>(resid[a][1]));
   }
+  fail_if(failure);
   r->send_counts.resize(nprocs);
   r->send_displs.resize(nprocs);
   r->ghost_nodes.clear();
@@ -1149,11 +1181,13 @@ void FixTorchFinetune::train_replay(Replay &r, MLTorch::Model &model)
   if (student->halo_exchange()) in.halo = &halo;
   double e_part = 0.0, w_part[6];
   std::vector<double> nf;
+  std::string failure;
   try {
     model.forward_train(in, e_part, nf, w_part);
   } catch (std::exception &e) {
-    error->one(FLERR, "Fix torch/finetune replay on step {}: {}", update->ntimestep, e.what());
+    failure = fmt::format("Fix torch/finetune replay on step {}: {}", update->ntimestep, e.what());
   }
+  fail_if(failure);
 
   // partial forces of ghost nodes -> owners: the piece's reverse exchange
   // (the same owner map a layered model's features travel along)
@@ -1177,8 +1211,9 @@ void FixTorchFinetune::train_replay(Replay &r, MLTorch::Model &model)
   try {
     model.backward_train(weights, t.ce, t.cw);
   } catch (std::exception &e) {
-    error->one(FLERR, "Fix torch/finetune replay on step {}: {}", update->ntimestep, e.what());
+    failure = fmt::format("Fix torch/finetune replay on step {}: {}", update->ntimestep, e.what());
   }
+  fail_if(failure);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -1217,8 +1252,14 @@ void FixTorchFinetune::take_step()
   // replayed configurations join the gradient: deterministic picks among
   // those stored before this round, the same on every rank of the replica
   const int eligible = static_cast<int>(replay.size()) - stored_this_round;
-  for (int k : MLTorch::replay_picks(nupdates + nskipped + nrollbacks, eligible, replay_mix))
-    train_replay(*replay[k]);
+  std::string failure;
+  try {
+    for (int k : MLTorch::replay_picks(nupdates + nskipped + nrollbacks, eligible, replay_mix))
+      train_replay(*replay[k]);
+  } catch (StepFailure &e) {
+    failure = e.what();
+  }
+  replicas_agree(failure);
 
   std::vector<double> buf = training->gradient();
   const std::size_t ngrad_size = buf.size();
@@ -1276,8 +1317,10 @@ void FixTorchFinetune::take_step()
     try {
       gnorm = training->step(last_grad, lr, clip)[0];
     } catch (std::exception &e) {
-      error->one(FLERR, "Fix torch/finetune: optimizer step failed: {}", e.what());
+      failure = fmt::format("Fix torch/finetune: optimizer step failed: {}", e.what());
     }
+    // every rank of every replica takes this branch (decided on reduced values)
+    MLTorchMPI::stop_collectively(error, universe->uworld, failure.empty(), failure);
     ++nupdates;
   }
 
@@ -1424,25 +1467,24 @@ void FixTorchFinetune::write_restart(FILE *fp)
     error->warning(FLERR, "Fix torch/finetune: write_restart between updates: the {} "
                           "configuration(s) accumulated since the last update are not stored",
                    pending);
-  std::string out;
-  put(out, RESTART_VERSION);
-  put_bytes(out, model_hash);
-  put(out, static_cast<int>(members.size()));
-  for (const auto &h : member_hashes) put_bytes(out, h);
-  put(out, ncalls);
-  put(out, nknown);
-  put(out, nabove);
-  put(out, nempty);
-  put(out, nupdates);
-  put(out, nskipped);
-  put(out, nrollbacks);
-  put(out, nconfigs);
-  put(out, loss_ema);
-  for (double v : vec) put(out, v);
-  put_bytes(out, training->parameters());
-  put_bytes(out, training->optimizer_state());
-  put_bytes(out, training->good_parameters());
-  put_bytes(out, training->good_optimizer_state());
+  MLTorch::TrainingRecord record;
+  record.model_hash = model_hash;
+  record.member_hashes = member_hashes;
+  record.ncalls = ncalls;
+  record.nknown = nknown;
+  record.nabove = nabove;
+  record.nempty = nempty;
+  record.nupdates = nupdates;
+  record.nskipped = nskipped;
+  record.nrollbacks = nrollbacks;
+  record.nconfigs = nconfigs;
+  record.loss_ema = loss_ema;
+  record.stats.assign(std::begin(vec), std::end(vec));
+  record.parameters = training->parameters();
+  record.optimizer = training->optimizer_state();
+  record.good_parameters = training->good_parameters();
+  record.good_optimizer = training->good_optimizer_state();
+  const std::string out = MLTorch::pack_record(record);
   // a fix's global restart record has an int size: parameters, two Adam
   // moments and the rollback copies pass 2 GB near 90 M float32 parameters.
   // Every rank holds the same state, so all of them stop together.
@@ -1461,47 +1503,40 @@ void FixTorchFinetune::write_restart(FILE *fp)
 
 void FixTorchFinetune::restart(char *buf)
 {
-  const char *p = buf;
-  const int version = get<int>(p);
-  if (version != RESTART_VERSION && version != 1)
-    error->all(FLERR, "Fix torch/finetune: restart data version {} is not the supported version {}",
-               version, RESTART_VERSION);
-  const std::string hash = get_bytes(p);
-  if (hash != model_hash)
+  // LAMMPS gives a fix's restart() no size: the record's own frame gives it
+  MLTorch::TrainingRecord r;
+  try {
+    r = MLTorch::unpack_record(buf, MLTorch::record_size(buf, max_restart_bytes),
+                              static_cast<int>(std::size(vec)));
+  } catch (MLTorch::RecordError &e) {
+    error->all(FLERR, "Fix torch/finetune: cannot read its restart record: {}", e.what());
+  }
+  if (r.model_hash != model_hash)
     error->all(FLERR,
                "Fix torch/finetune: the restart file was written while training a model with file "
                "hash {}, but pair_coeff loaded {} (hash {}); load the same model file that the "
                "run which wrote the restart file started from",
-               hash, model_path, model_hash);
-  std::vector<std::string> hashes{hash};
-  if (version >= 2) {
-    hashes.resize(get<int>(p));
-    for (auto &h : hashes) h = get_bytes(p);
-    ncalls = get<bigint>(p);
-    nknown = get<bigint>(p);
-    nabove = get<bigint>(p);
-    nempty = get<bigint>(p);
-  }
-  if (hashes != member_hashes)
+               r.model_hash, model_path, model_hash);
+  if (r.member_hashes != member_hashes)
     error->all(FLERR,
                "Fix torch/finetune: the restart file was written while training a committee of {} "
                "model(s) ({}), but pair_coeff loaded {} ({}); load the same model files",
-               hashes.size(), MLTorchMPI::join_words(hashes), member_hashes.size(),
-               MLTorchMPI::join_words(member_hashes));
-  nupdates = get<bigint>(p);
-  nskipped = get<bigint>(p);
-  nrollbacks = get<bigint>(p);
-  nconfigs = get<bigint>(p);
-  loss_ema = get<double>(p);
-  for (double &v : vec) v = get<double>(p);
-  const std::string params = get_bytes(p);
-  const std::string optim = get_bytes(p);
-  const std::string good = get_bytes(p);
-  const std::string good_opt = get_bytes(p);
+               r.member_hashes.size(), MLTorchMPI::join_words(r.member_hashes),
+               member_hashes.size(), MLTorchMPI::join_words(member_hashes));
+  ncalls = r.ncalls;
+  nknown = r.nknown;
+  nabove = r.nabove;
+  nempty = r.nempty;
+  nupdates = r.nupdates;
+  nskipped = r.nskipped;
+  nrollbacks = r.nrollbacks;
+  nconfigs = r.nconfigs;
+  loss_ema = r.loss_ema;
+  std::copy(r.stats.begin(), r.stats.end(), vec);
   try {
-    training->load_parameters(params);
-    training->load_optimizer_state(optim);
-    training->load_good(good, good_opt);
+    training->load_parameters(r.parameters);
+    training->load_optimizer_state(r.optimizer);
+    training->load_good(r.good_parameters, r.good_optimizer);
   } catch (std::exception &e) {
     error->all(FLERR, "Fix torch/finetune: cannot restore the training state: {}", e.what());
   }

@@ -164,6 +164,9 @@ class FixTorchFinetune : public Fix {
   void grow_work();
   void teacher_labels(double &e_ref, double *w_ref);
   void train_current(const MLTorch::GraphInput &in);
+  // collective decisions on failures inside a step (see the .cpp)
+  void fail_if(const std::string &mine);
+  void replicas_agree(const std::string &agreed);
   bool gate_says_label();
   void train_replay(Replay &r);
   void train_replay(Replay &r, MLTorch::Model &model);

@@ -28,10 +28,11 @@ namespace MLTorchMPI {
     return out;
   }
 
-  // stop every rank of `comm` with the message of the lowest rank that is
-  // not ok (a failure only some ranks can see would otherwise leave the
-  // others waiting); returns when all are ok
-  inline void stop_collectively(Error *error, MPI_Comm comm, bool ok, const std::string &message)
+  // the message of the lowest rank of `comm` that is not ok, followed by
+  // " (on MPI rank R)" when `where` and R > 0, on every rank; empty when
+  // all are ok (one reduction, and two broadcasts on a failure)
+  inline std::string first_failure(MPI_Comm comm, bool ok, const std::string &message,
+                                   bool where = true)
   {
     int me = 0, nprocs = 1;
     MPI_Comm_rank(comm, &me);
@@ -39,14 +40,25 @@ namespace MLTorchMPI {
     int first_bad = ok ? nprocs : me;
     int bad_rank;
     MPI_Allreduce(&first_bad, &bad_rank, 1, MPI_INT, MPI_MIN, comm);
-    if (bad_rank == nprocs) return;
+    if (bad_rank == nprocs) return {};
     int len = (me == bad_rank) ? static_cast<int>(message.size()) : 0;
     MPI_Bcast(&len, 1, MPI_INT, bad_rank, comm);
     std::string text(len, ' ');
     if (me == bad_rank) text = message;
     MPI_Bcast(&text[0], len, MPI_CHAR, bad_rank, comm);
-    if (nprocs > 1 && bad_rank > 0) text += fmt::format(" (on MPI rank {})", bad_rank);
-    error->all(FLERR, text);
+    if (text.empty()) text = "(no message)";
+    if (where && nprocs > 1 && bad_rank > 0) text += fmt::format(" (on MPI rank {})", bad_rank);
+    return text;
+  }
+
+  // stop every rank of `comm` with the message of the lowest rank that is
+  // not ok (a failure only some ranks can see would otherwise leave the
+  // others waiting); returns when all are ok
+  inline void stop_collectively(Error *error, MPI_Comm comm, bool ok, const std::string &message,
+                                bool where = true)
+  {
+    const std::string text = first_failure(comm, ok, message, where);
+    if (!text.empty()) error->all(FLERR, text);
   }
 
   // the bytes of rank `root` on every rank of `comm`, in chunks below 2 GB

@@ -2,6 +2,8 @@
 # libFuzzer runs of ML-TORCH's input parsers (a script, not a CI step):
 #   fuzz_metadata: the model-metadata JSON parser (src/core/metadata.cpp),
 #                  coverage-guided, with AddressSanitizer + UBSan
+#   fuzz_restart:  the reader of fix torch/finetune's restart record
+#                  (src/core/restart_record.cpp), the same way
 #   fuzz_keywords: the keyword parsers of pair_style torch, pair_coeff,
 #                  fix torch/finetune and compute torch/deviation, through a
 #                  LAMMPS instance (build/'s liblammps). ML-TORCH's styles and
@@ -11,6 +13,7 @@
 #                  own code), so the search is guided by the coverage of our
 #                  parsers inside LAMMPS; LAMMPS's own code is not instrumented
 #   tools/fuzz.sh [SECONDS per target, default 600]
+#   (ML_TORCH_FUZZ_TARGETS="restart" tools/fuzz.sh runs only the named targets)
 # Needs tools/setup.sh (build/) and clang (Debian's clang-14). Crashers are
 # written to fuzz/crashers/ (not kept in git); each one found must become a
 # regression test: a metadata input in test_core's metadata table, a keyword
@@ -28,6 +31,8 @@ mkdir -p "$out" fuzz/crashers
 san=(-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -g -O1 -std=c++20)
 
 "$cxx" "${san[@]}" -I src/core fuzz/fuzz_metadata.cpp src/core/metadata.cpp -o "$out/fuzz_metadata"
+"$cxx" "${san[@]}" -I src/core fuzz/fuzz_restart.cpp src/core/restart_record.cpp src/core/metadata.cpp \
+  -o "$out/fuzz_restart"
 mpi_inc=$(mpicxx --showme:incdirs | tr ' ' '\n' | sed 's/^/-I/')
 mpi_lib=$(mpicxx --showme:link)
 # shellcheck disable=SC2086
@@ -67,7 +72,7 @@ export ML_TORCH_FUZZ_PLUGIN=$here/$out/mltorchplugin_cov.so
 
 export ASAN_OPTIONS=detect_leaks=0:detect_odr_violation=0
 export ML_TORCH_POTENTIALS=$here/potentials LAMMPS_POTENTIALS=$lammps_dir/potentials OMP_NUM_THREADS=1
-for target in metadata keywords; do
+for target in ${ML_TORCH_FUZZ_TARGETS:-metadata restart keywords}; do
   corpus=$out/corpus_$target
   mkdir -p "$corpus"
   cp -n fuzz/corpus_$target/* "$corpus/" 2>/dev/null || true

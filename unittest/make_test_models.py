@@ -52,6 +52,27 @@ class NanForSecondSpecies(nn.Module):
         return out.index_add(0, edge_index[0], term)
 
 
+class FailsTrainingNearXe(nn.Module):
+    """TrainableLJ for Ar and Xe whose forward() raises while it is being
+    trained (its parameters require gradients, as in fix torch/finetune's
+    passes, not in MD) on a graph with Xe centres: a failure inside the
+    fix's collective sequence that only the ranks holding Xe see."""
+
+    def __init__(self):
+        super().__init__()
+        self.eps = nn.Parameter(torch.tensor(0.0104, dtype=torch.float64))
+        self.sigma = nn.Parameter(torch.tensor(3.40, dtype=torch.float64))
+
+    def forward(self, edge_vectors: Tensor, edge_index: Tensor, species: Tensor,
+                n_local: int) -> Tensor:
+        if self.eps.requires_grad and bool((species[:n_local] == 1).any()):
+            raise RuntimeError("training pass refused near Xe (test model)")
+        d2 = (edge_vectors * edge_vectors).sum(dim=1)
+        s6 = (self.sigma * self.sigma / d2) ** 3
+        out = torch.zeros(species.size(0), dtype=edge_vectors.dtype)
+        return out.index_add(0, edge_index[0], 2.0 * self.eps * (s6 * s6 - s6))
+
+
 class WrongShape(nn.Module):
     """Per-atom energies as a [N, 2] tensor."""
 
@@ -134,6 +155,9 @@ def main(out):
     export(NanForSecondSpecies(), os.path.join(out, "nan_near_Xe.pt"),
            model_type="LJ, NaN forces around Xe", check=False, cutoff=8.5, elements=["Ar", "Xe"],
            units="metal")
+    export(FailsTrainingNearXe(), os.path.join(out, "fails_training_near_Xe.pt"),
+           model_type="trainable LJ that raises in training passes around Xe", check=False,
+           cutoff=8.5, elements=["Ar", "Xe"], units="metal")
 
     # second members for committee tests: si_mp2 and si_local with every
     # parameter scaled by (1 + 0.05 N(0,1)), fixed seed

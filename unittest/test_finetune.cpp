@@ -1041,6 +1041,103 @@ TEST_F(FinetuneErrors, RestartWithOtherCommittee)
   std::remove(file.c_str());
 }
 
+// the fix's record in a restart file: found by its frame (version 3, n, ~n,
+// after LAMMPS's int size of the record); returns its offset or npos
+static std::size_t find_record(const std::string &file)
+{
+  for (std::size_t k = 4; k + 20 <= file.size(); ++k) {
+    int32_t version, size;
+    int64_t n, check;
+    std::memcpy(&version, file.data() + k, 4);
+    std::memcpy(&n, file.data() + k + 4, 8);
+    std::memcpy(&check, file.data() + k + 12, 8);
+    std::memcpy(&size, file.data() + k - 4, 4);
+    if (version == 3 && n > 0 && n == ~check && size == 36 + n) return k;
+  }
+  return std::string::npos;
+}
+
+static std::string slurp(const std::string &path)
+{
+  std::FILE *f = std::fopen(path.c_str(), "rb");
+  std::string s;
+  char buf[65536];
+  for (std::size_t n; f && (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) s.append(buf, n);
+  if (f) std::fclose(f);
+  return s;
+}
+
+static void spill(const std::string &path, const std::string &bytes)
+{
+  std::FILE *f = std::fopen(path.c_str(), "wb");
+  ASSERT_TRUE(f);
+  std::fwrite(bytes.data(), 1, bytes.size(), f);
+  std::fclose(f);
+}
+
+// a damaged training record stops read_restart's fix with an ERROR instead of
+// reading past it; a record in the previous version's layout (2) still loads
+TEST_F(FinetuneErrors, DamagedAndOldRestartRecords)
+{
+  if (me != 0) GTEST_SKIP();
+  const std::string file = ::testing::TempDir() + "/record.restart";
+  const std::string fix = "fix ft all torch/finetune 1 " + teacher() + " log 0";
+  base(committee_files());
+  l->cmds({fix, "run 3 post no", "write_restart " + file});
+  const auto updates = l->fix()->updates();
+  const std::string good = slurp(file);
+  const std::size_t at = find_record(good);
+  ASSERT_NE(at, std::string::npos);
+  int64_t n;
+  std::memcpy(&n, good.data() + at + 4, 8);
+  const auto reread = [&](const std::string &bytes) {
+    spill(file, bytes);
+    l = std::make_unique<Lammps>(MPI_COMM_SELF);
+    return std::vector<std::string>{"read_restart " + file, "pair_style torch",
+                                    "pair_coeff * * " + committee_files() + " Si", fix};
+  };
+  const auto flipped = [&](std::size_t k) {
+    std::string bad = good;
+    bad[k] ^= 0x20;
+    return bad;
+  };
+  auto cmds = reread(flipped(at + 20 + n / 2));    // inside the parameters
+  EXPECT_ERROR("cannot read its restart record: the restart record's checksum does not match",
+               cmds[0], cmds[1], cmds[2], cmds[3]);
+  cmds = reread(flipped(at + 6));
+  EXPECT_ERROR("the restart record's size field is damaged", cmds[0], cmds[1], cmds[2], cmds[3]);
+
+  // version 2: no frame, no checksum, no count of the statistics
+  std::string payload = good.substr(at + 20, n);
+  std::size_t p = 0;
+  const auto skip_bytes = [&] {
+    int64_t len;
+    std::memcpy(&len, payload.data() + p, 8);
+    p += 8 + len;
+  };
+  skip_bytes();
+  int32_t members;
+  std::memcpy(&members, payload.data() + p, 4);
+  p += 4;
+  for (int m = 0; m < members; ++m) skip_bytes();
+  p += 8 * 8 + 8;
+  payload.erase(p, 4);
+  std::string v2(4, '\0');
+  const int32_t two = 2, size2 = static_cast<int32_t>(4 + payload.size());
+  std::memcpy(v2.data(), &two, 4);
+  v2 += payload;
+  std::string old = good.substr(0, at - 4);
+  old.append(reinterpret_cast<const char *>(&size2), 4);
+  old += v2;
+  old += good.substr(at + 36 + n);
+  cmds = reread(old);
+  l->cmds(cmds);
+  EXPECT_EQ(l->fix()->updates(), updates);
+  l->cmd("run 2 post no");
+  EXPECT_GT(l->fix()->updates(), updates);
+  std::remove(file.c_str());
+}
+
 TEST_F(FinetuneErrors, TeacherCutoffWithCommModifyWorks)
 {
   if (me != 0) GTEST_SKIP();

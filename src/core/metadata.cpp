@@ -8,10 +8,23 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <set>
 
 namespace MLTorch {
+
+std::string content_hash(const std::string &bytes)
+{
+  std::uint64_t h = 14695981039346656037ULL;    // FNV-1a 64-bit offset basis
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
 
 int Metadata::species_of(const std::string &element) const
 {

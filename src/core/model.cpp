@@ -44,18 +44,6 @@ std::string read_file(const std::string &path)
   return ss.str();
 }
 
-std::string content_hash(const std::string &bytes)
-{
-  std::uint64_t h = 14695981039346656037ULL;    // FNV-1a 64-bit offset basis
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
-
 void set_num_threads(int n)
 {
   // process-wide in LibTorch: several models (a torch teacher and student)
