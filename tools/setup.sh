@@ -133,6 +133,19 @@ fi
 if ! .venv/bin/python -c "import sevenn, e3nn, ase" 2>/dev/null; then
   .venv/bin/python -m pip install -q "sevenn==0.13.0" "$torch_spec"
 fi
+# MACE (mltorch-import mace) pins e3nn 0.4.4, which SevenNet's e3nn >= 0.5
+# excludes: it gets an environment of its own, .venv-mace, that shares
+# .venv's torch and packages (a .pth file appends .venv's site-packages and
+# the project's Python tooling after its own, so its e3nn 0.4.4 wins)
+if ! .venv-mace/bin/python -c "import mace, e3nn, mltorch.importers; assert e3nn.__version__.startswith('0.4.')" 2>/dev/null; then
+  [ -x .venv-mace/bin/python ] || /usr/bin/python3 -m venv .venv-mace
+  main_site=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  mace_site=$(.venv-mace/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  printf '%s\n%s\n' "$main_site" "$here/potentials" > "$mace_site/zz_ml_torch_main_venv.pth"
+  # pip takes the version without the local tag (+cu...) as a constraint
+  echo "$torch_spec" | sed 's/+.*//' > .venv-mace/constraints.txt
+  .venv-mace/bin/python -m pip install -q -c .venv-mace/constraints.txt "mace-torch==0.3.16"
+fi
 # the project's own tooling (mltorch-info, mltorch-compile, mltorch-import,
 # exporter, trainer), editable
 if ! .venv/bin/python -c "import mltorch.importers" 2>/dev/null || [ ! -x .venv/bin/mltorch-import ]; then

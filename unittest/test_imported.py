@@ -50,28 +50,52 @@ def ternary_cell(seed=5):
     return pos, cell, symbols
 
 
-def write_data(path, pos, cell, symbols):
-    types = [ELEMENTS.index(s) + 1 for s in symbols]
+def binary_cell(seed=9):
+    """64 atoms: zincblende SiC with an eighth of the sites swapped (antisites),
+    a sheared (triclinic) 2x2x2 cell in LAMMPS's orientation, rattled by 0.06 A."""
+    rng = np.random.default_rng(seed)
+    a = 4.36
+    fcc = np.array([[0, 0, 0], [0, .5, .5], [.5, 0, .5], [.5, .5, 0]])
+    frac, symbols = [], []
+    for i in range(2):
+        for j in range(2):
+            for k in range(2):
+                for b in fcc:
+                    swap = rng.random() < 0.125
+                    frac.append((b + [i, j, k]) / 2)
+                    symbols.append("C" if swap else "Si")
+                    frac.append((b + 0.25 + [i, j, k]) / 2)
+                    symbols.append("Si" if swap else "C")
+    cell = 2 * a * np.array([[1.0, 0.0, 0.0], [0.08, 1.0, 0.0], [-0.05, 0.1, 1.0]])
+    pos = np.array(frac) @ cell + rng.normal(0, 0.06, (len(frac), 3))
+    return pos, cell, symbols
+
+
+def write_data(path, pos, cell, symbols, elements=ELEMENTS):
+    from ase.data import atomic_masses, atomic_numbers
+    types = [elements.index(s) + 1 for s in symbols]
     with open(path, "w") as f:
-        f.write(f"ternary cell\n\n{len(pos)} atoms\n{len(ELEMENTS)} atom types\n\n")
+        f.write(f"test cell\n\n{len(pos)} atoms\n{len(elements)} atom types\n\n")
         f.write(f"0 {cell[0, 0]:.17g} xlo xhi\n0 {cell[1, 1]:.17g} ylo yhi\n0 {cell[2, 2]:.17g} zlo zhi\n")
         f.write(f"{cell[1, 0]:.17g} {cell[2, 0]:.17g} {cell[2, 1]:.17g} xy xz yz\n\n")
-        f.write("Masses\n\n1 65.38\n2 32.06\n3 78.971\n\nAtoms # atomic\n\n")
+        f.write("Masses\n\n" + "".join(f"{t + 1} {atomic_masses[atomic_numbers[e]]:.6f}\n"
+                                        for t, e in enumerate(elements)))
+        f.write("\nAtoms # atomic\n\n")
         for i, (p, t) in enumerate(zip(pos, types)):
             f.write(f"{i + 1} {t} {p[0]:.17g} {p[1]:.17g} {p[2]:.17g}\n")
 
 
-def run_lammps(model, pos, cell, symbols, ranks):
+def run_lammps(model, pos, cell, symbols, ranks, elements=ELEMENTS):
     """Energy, forces [n,3], virial [6] (xx yy zz xy xz yz, eV) and per-atom energies."""
     work = tempfile.mkdtemp(prefix="imported-")
-    write_data(os.path.join(work, "cell.data"), pos, cell, symbols)
+    write_data(os.path.join(work, "cell.data"), pos, cell, symbols, elements)
     script = f"""
 units metal
 atom_style atomic
 atom_modify map array
 read_data cell.data
 pair_style torch
-pair_coeff * * {model} {' '.join(ELEMENTS)}
+pair_coeff * * {model} {' '.join(elements)}
 compute pea all pe/atom
 compute vir all pressure NULL virial
 thermo_style custom step pe
@@ -103,16 +127,27 @@ def virial_of(stress, volume):
     return -np.array([xx, yy, zz, xy, xz, yz]) * volume
 
 
-def import_model(path, dtype):
-    out = subprocess.run([os.path.join(root, ".venv", "bin", "mltorch-import"), "sevenn", "7net-0",
-                          "-o", path, "--elements", *ELEMENTS, "--dtype", dtype],
+def import_model(path, dtype, framework="sevenn", source="7net-0", elements=ELEMENTS):
+    """mltorch-import as a user runs it (the project environment's command)."""
+    out = subprocess.run([os.path.join(root, ".venv", "bin", "mltorch-import"), framework, source,
+                          "-o", path, "--elements", *elements, "--dtype", dtype],
                          capture_output=True, text=True)
     if out.returncode != 0:
         raise AssertionError(out.stdout + out.stderr)
     return out.stdout
 
 
+def has(module):
+    """Whether `module` imports here (sevenn refuses MACE's e3nn 0.4 with a ValueError)."""
+    try:
+        __import__(module)
+    except (ImportError, ValueError):
+        return False
+    return True
+
+
 @unittest.skipUnless(os.environ.get("ML_TORCH_LMP"), "ML_TORCH_LMP (the lmp executable) not set")
+@unittest.skipUnless(has("sevenn"), "sevenn is not installed in this environment")
 class SevenNetThroughLammps(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -163,6 +198,58 @@ class SevenNetThroughLammps(unittest.TestCase):
         for ranks in (1, 3):
             got = run_lammps(model, self.pos, self.cell, self.symbols, ranks)
             self.compare(got, calc, tol, f"float32, {ranks} rank(s), vs SevenNetCalculator "
+                                         f"(tolerance {tol:.2g})")
+
+
+MACE_MODEL = os.path.join(root, "potentials", "frameworks", "mace_sic", "mace_sic.model")
+SIC = ["Si", "C"]
+
+
+@unittest.skipUnless(os.environ.get("ML_TORCH_LMP"), "ML_TORCH_LMP (the lmp executable) not set")
+@unittest.skipUnless(has("mace"), "mace-torch is not installed in this environment (.venv-mace)")
+class MACEThroughLammps(unittest.TestCase):
+    """A MACE model trained by MACE's own CLI (potentials/frameworks/mace_sic)
+    imported with `mltorch-import mace` (which runs in .venv-mace), through
+    pair_style torch on 1 and 3 ranks, against MACECalculator on a 64-atom
+    triclinic SiC cell with antisites."""
+
+    @classmethod
+    def setUpClass(cls):
+        from ase import Atoms
+        cls.work = tempfile.mkdtemp(prefix="mace-")
+        cls.pos, cls.cell, cls.symbols = binary_cell()
+        cls.atoms = Atoms(cls.symbols, positions=cls.pos, cell=cls.cell, pbc=True)
+        cls.volume = abs(np.linalg.det(cls.cell))
+
+    compare = SevenNetThroughLammps.compare
+
+    def reference(self, dtype):
+        from mltorch.importers import mace as mc
+        ref = mc.reference(self.atoms, MACE_MODEL, dtype)
+        ref["virial"] = virial_of(ref["stress"], self.volume)
+        return ref
+
+    def test_float64_equals_mace_on_1_and_3_ranks(self):
+        model = os.path.join(self.work, "mace_sic_f64.pt")
+        print(import_model(model, "float64", "mace", MACE_MODEL, SIC))
+        ref = self.reference("float64")
+        for ranks in (1, 3):
+            got = run_lammps(model, self.pos, self.cell, self.symbols, ranks, SIC)
+            self.assertIn("halo exchange", got["log"])
+            self.compare(got, ref, 1e-10, f"MACE float64, {ranks} rank(s)")
+
+    def test_float32_equals_mace_calculator_on_1_and_3_ranks(self):
+        """float32 against MACECalculator in float32 to its own float32 noise:
+        the tolerance is 10x the calculator's distance from its float64 self."""
+        model = os.path.join(self.work, "mace_sic_f32.pt")
+        print(import_model(model, "float32", "mace", MACE_MODEL, SIC))
+        calc = self.reference("float32")
+        noise = self.compare(calc, self.reference("float64"), 1e-3,
+                             "MACECalculator (float32) vs MACECalculator (float64)")
+        tol = 10 * max(noise.values())
+        for ranks in (1, 3):
+            got = run_lammps(model, self.pos, self.cell, self.symbols, ranks, SIC)
+            self.compare(got, calc, tol, f"MACE float32, {ranks} rank(s), vs MACECalculator "
                                          f"(tolerance {tol:.2g})")
 
 

@@ -2,6 +2,8 @@
 
     mltorch-import sevenn NAME|CHECKPOINT -o FILE [--elements El ...]
                    [--dtype float32|float64] [--modality M]
+    mltorch-import mace MODEL -o FILE [--elements El ...]
+                   [--dtype float32|float64] [--head H]
 
 The adapters wrap the framework's own modules (mltorch.importers.<framework>)
 and write an ordinary ML-TORCH model file (TorchScript + metadata) that
@@ -14,6 +16,7 @@ and the import fails if they disagree.
 """
 
 import argparse
+import os
 import sys
 
 import numpy as np
@@ -77,6 +80,48 @@ def import_sevenn(args):
     return meta, reference, model.elements
 
 
+def import_mace(args):
+    from . import mace as mc
+    import mace
+    model = mc.MACEModel(args.source, elements=args.elements, dtype=args.dtype, head=args.head)
+    model.script_blocks()
+    extra = {"imported": {"framework": "mace-torch", "framework_version": mace.__version__,
+                          "model": os.path.basename(args.source),
+                          "checkpoint_sha256": mc.sha256(args.source), "head": model.head_name}}
+    meta = export(
+        model, args.output, cutoff=model.cutoff, elements=model.elements, units="metal",
+        dtype=args.dtype, num_interaction_layers=model.num_layers, model_type="mace", extra=extra)
+
+    def reference(atoms):
+        return mc.reference(atoms, args.source, args.dtype, args.head)
+    return meta, reference, model.elements
+
+
+# MACE pins e3nn 0.4.4 and SevenNet needs e3nn >= 0.5, so MACE lives in an
+# environment of its own that shares the project's torch (tools/setup.sh)
+MACE_PYTHON_ENV = "ML_TORCH_MACE_PYTHON"
+
+
+def _mace_python():
+    """The Python of the MACE environment: $ML_TORCH_MACE_PYTHON, or the
+    checkout's .venv-mace (made by tools/setup.sh)."""
+    given = os.environ.get(MACE_PYTHON_ENV)
+    if given:
+        return given
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))))
+    return os.path.join(root, ".venv-mace", "bin", "python")
+
+
+def _has_mace():
+    try:
+        import e3nn
+        import mace  # noqa: F401
+    except ImportError:
+        return False
+    return e3nn.__version__.startswith("0.4.")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="mltorch-import", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="framework", required=True)
@@ -85,7 +130,11 @@ def main(argv=None):
                                   "7net-mf-0) or a checkpoint file")
     s.add_argument("--modality", default=None,
                    help="the fidelity head of a multi-fidelity model (7net-mf-0: PBE, R2SCAN)")
-    for q in (s,):
+    m = sub.add_parser("mace", help="a MACE model (mace-torch 0.3; runs in .venv-mace)")
+    m.add_argument("source", help="the model file mace_run_train writes (NAME.model)")
+    m.add_argument("--head", default=None,
+                   help="the head of a multi-head model (default: its first)")
+    for q in (s, m):
         q.add_argument("-o", "--output", required=True, help="the ML-TORCH model file to write")
         q.add_argument("--elements", nargs="+", default=None,
                        help="the elements of the run (default: every element the model knows)")
@@ -93,8 +142,16 @@ def main(argv=None):
         q.add_argument("--no-check", action="store_true",
                        help="skip the comparison with the framework's own model after writing")
     args = p.parse_args(argv)
+    if args.framework == "mace" and not _has_mace():
+        python = _mace_python()
+        if not os.path.exists(python):
+            print(f"mltorch-import: MACE's environment {python} is missing: run tools/setup.sh "
+                  f"(or set {MACE_PYTHON_ENV} to a Python with mace-torch 0.3)", file=sys.stderr)
+            return 1
+        argv = sys.argv[1:] if argv is None else list(argv)
+        os.execv(python, [python, "-m", "mltorch.importers", *argv])
     try:
-        meta, reference, elements = {"sevenn": import_sevenn}[args.framework](args)
+        meta, reference, elements = {"sevenn": import_sevenn, "mace": import_mace}[args.framework](args)
     except (ExportError, ValueError) as e:
         print(f"mltorch-import: {e}", file=sys.stderr)
         return 1
