@@ -133,6 +133,10 @@ fi
 if ! .venv/bin/python -c "import sevenn, e3nn, ase" 2>/dev/null; then
   .venv/bin/python -m pip install -q "sevenn==0.13.0" "$torch_spec"
 fi
+# NequIP and Allegro (mltorch-import nequip; their e3nn 0.6 is SevenNet's too)
+if ! .venv/bin/python -c "import nequip, allegro" 2>/dev/null; then
+  .venv/bin/python -m pip install -q "nequip==0.19.1" "nequip-allegro==0.8.3" "$torch_spec"
+fi
 # MACE (mltorch-import mace) pins e3nn 0.4.4, which SevenNet's e3nn >= 0.5
 # excludes: it gets an environment of its own, .venv-mace, that shares
 # .venv's torch and packages (a .pth file appends .venv's site-packages and

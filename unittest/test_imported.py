@@ -253,6 +253,69 @@ class MACEThroughLammps(unittest.TestCase):
                                          f"(tolerance {tol:.2g})")
 
 
+NEQUIP_DIR = os.path.join(root, "potentials", "frameworks", "nequip_sic")
+
+
+@unittest.skipUnless(os.environ.get("ML_TORCH_LMP"), "ML_TORCH_LMP (the lmp executable) not set")
+@unittest.skipUnless(has("nequip"), "nequip is not installed in this environment")
+class NequIPThroughLammps(unittest.TestCase):
+    """A NequIP (3 layers, ZBL) and an Allegro model trained by nequip-train
+    (potentials/frameworks/nequip_sic) imported with `mltorch-import nequip`,
+    through pair_style torch on 1 and 3 ranks, against nequip's own ASE
+    calculator (NequIPCalculator) on a 64-atom triclinic SiC cell with antisites."""
+
+    @classmethod
+    def setUpClass(cls):
+        from ase import Atoms
+        cls.work = tempfile.mkdtemp(prefix="nequip-")
+        cls.pos, cls.cell, cls.symbols = binary_cell()
+        cls.atoms = Atoms(cls.symbols, positions=cls.pos, cell=cls.cell, pbc=True)
+        cls.volume = abs(np.linalg.det(cls.cell))
+
+    compare = SevenNetThroughLammps.compare
+
+    def reference(self, source, dtype):
+        from mltorch.importers import nequip as nq
+        ref = nq.reference(self.atoms, source, dtype)
+        ref["virial"] = virial_of(ref["stress"], self.volume)
+        return ref
+
+    def through_lammps(self, name, source, dtype, tol, ref, layered):
+        model = os.path.join(self.work, f"{name}_{dtype}.pt")
+        print(import_model(model, dtype, "nequip", source, SIC))
+        for ranks in (1, 3):
+            got = run_lammps(model, self.pos, self.cell, self.symbols, ranks, SIC)
+            if layered:
+                self.assertIn("halo exchange", got["log"])
+            self.compare(got, ref, tol, f"{name} {dtype}, {ranks} rank(s) (tolerance {tol:.2g})")
+
+    def test_float64_equals_nequip_on_1_and_3_ranks(self):
+        for name, layered in (("nequip", True), ("allegro", False)):
+            source = os.path.join(NEQUIP_DIR, f"{name}_sic.ckpt")
+            self.through_lammps(name, source, "float64", 1e-10,
+                                self.reference(source, "float64"), layered)
+
+    def test_float32_equals_nequip_calculator_on_1_and_3_ranks(self):
+        """float32 (nequip's own model_dtype) against NequIPCalculator on the
+        float32 model, to 10x that calculator's distance from float64."""
+        for name, layered in (("nequip", True), ("allegro", False)):
+            source = os.path.join(NEQUIP_DIR, f"{name}_sic.ckpt")
+            calc = self.reference(source, "float32")
+            noise = self.compare(calc, self.reference(source, "float64"), 1e-3,
+                                 f"NequIPCalculator ({name}, float32) vs float64")
+            self.through_lammps(name, source, "float32", 10 * max(noise.values()), calc, layered)
+
+    def test_package_equals_its_checkpoint(self):
+        """A package of nequip-package imports to the same numbers as its checkpoint."""
+        source = os.path.join(NEQUIP_DIR, "nequip_sic.ckpt")
+        package = os.path.join(self.work, "nequip_sic.nequip.zip")
+        out = subprocess.run([os.path.join(root, ".venv", "bin", "nequip-package"), "build", source,
+                              package], capture_output=True, text=True, cwd=self.work)
+        self.assertEqual(out.returncode, 0, out.stdout[-2000:] + out.stderr[-2000:])
+        self.through_lammps("nequip-package", package, "float64", 1e-10,
+                            self.reference(source, "float64"), True)
+
+
 FINETUNE = """
 units metal
 atom_style atomic

@@ -2,6 +2,8 @@
 
     mltorch-import sevenn NAME|CHECKPOINT -o FILE [--elements El ...]
                    [--dtype float32|float64] [--modality M]
+    mltorch-import nequip CHECKPOINT|PACKAGE -o FILE [--elements El ...]
+                   [--dtype float32|float64]
     mltorch-import mace MODEL -o FILE [--elements El ...]
                    [--dtype float32|float64] [--head H]
 
@@ -97,6 +99,32 @@ def import_mace(args):
     return meta, reference, model.elements
 
 
+def import_nequip(args):
+    from . import nequip as nq
+    import nequip
+    graph_model = nq.load_nequip(args.source, args.dtype)
+    dtype = {torch.float32: "float32", torch.float64: "float64"}[graph_model.model_dtype]
+    args.dtype = dtype
+    model = nq.NequIPModel(graph_model, elements=args.elements).eval()
+    model.script_blocks()
+    framework = "nequip" if model.is_gnn else "nequip-allegro"
+    version = nequip.__version__
+    if not model.is_gnn:
+        from importlib.metadata import version as installed
+        version += f", nequip-allegro {installed('nequip-allegro')}"
+    extra = {"imported": {"framework": framework, "framework_version": version,
+                          "model": os.path.basename(args.source),
+                          "checkpoint_sha256": nq.sha256(args.source)}}
+    meta = export(
+        model, args.output, cutoff=model.cutoff, elements=model.elements, units="metal",
+        dtype=dtype, num_interaction_layers=max(model.num_layers, 1),
+        model_type="nequip" if model.is_gnn else "allegro", extra=extra)
+
+    def reference(atoms):
+        return nq.reference(atoms, args.source, dtype)
+    return meta, reference, model.elements
+
+
 # MACE pins e3nn 0.4.4 and SevenNet needs e3nn >= 0.5, so MACE lives in an
 # environment of its own that shares the project's torch (tools/setup.sh)
 MACE_PYTHON_ENV = "ML_TORCH_MACE_PYTHON"
@@ -130,15 +158,21 @@ def main(argv=None):
                                   "7net-mf-0) or a checkpoint file")
     s.add_argument("--modality", default=None,
                    help="the fidelity head of a multi-fidelity model (7net-mf-0: PBE, R2SCAN)")
+    n = sub.add_parser("nequip", help="a NequIP or Allegro model (nequip 0.19, nequip-allegro 0.8)")
+    n.add_argument("source", help="a checkpoint of nequip-train (.ckpt) or a package of "
+                                  "nequip-package (.nequip.zip)")
     m = sub.add_parser("mace", help="a MACE model (mace-torch 0.3; runs in .venv-mace)")
     m.add_argument("source", help="the model file mace_run_train writes (NAME.model)")
     m.add_argument("--head", default=None,
                    help="the head of a multi-head model (default: its first)")
-    for q in (s, m):
+    for q in (s, n, m):
         q.add_argument("-o", "--output", required=True, help="the ML-TORCH model file to write")
         q.add_argument("--elements", nargs="+", default=None,
                        help="the elements of the run (default: every element the model knows)")
-        q.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+        q.add_argument("--dtype", choices=("float32", "float64"),
+                       default=None if q is n else "float32",
+                       help="the file's precision (sevenn, mace: float32 by default; nequip: "
+                            "the model's own by default)")
         q.add_argument("--no-check", action="store_true",
                        help="skip the comparison with the framework's own model after writing")
     args = p.parse_args(argv)
@@ -151,7 +185,8 @@ def main(argv=None):
         argv = sys.argv[1:] if argv is None else list(argv)
         os.execv(python, [python, "-m", "mltorch.importers", *argv])
     try:
-        meta, reference, elements = {"sevenn": import_sevenn, "mace": import_mace}[args.framework](args)
+        meta, reference, elements = {"sevenn": import_sevenn, "nequip": import_nequip,
+                                    "mace": import_mace}[args.framework](args)
     except (ExportError, ValueError) as e:
         print(f"mltorch-import: {e}", file=sys.stderr)
         return 1
