@@ -1467,33 +1467,39 @@ void FixTorchFinetune::write_restart(FILE *fp)
     error->warning(FLERR, "Fix torch/finetune: write_restart between updates: the {} "
                           "configuration(s) accumulated since the last update are not stored",
                    pending);
-  MLTorch::TrainingRecord record;
-  record.model_hash = model_hash;
-  record.member_hashes = member_hashes;
-  record.ncalls = ncalls;
-  record.nknown = nknown;
-  record.nabove = nabove;
-  record.nempty = nempty;
-  record.nupdates = nupdates;
-  record.nskipped = nskipped;
-  record.nrollbacks = nrollbacks;
-  record.nconfigs = nconfigs;
-  record.loss_ema = loss_ema;
-  record.stats.assign(std::begin(vec), std::end(vec));
-  record.parameters = training->parameters();
-  record.optimizer = training->optimizer_state();
-  record.good_parameters = training->good_parameters();
-  record.good_optimizer = training->good_optimizer_state();
-  const std::string out = MLTorch::pack_record(record);
+  // every rank holds the same state: rank 0 alone packs it (the other ranks
+  // learn its size, so that all of them stop together on a state too large)
+  std::string out;
+  if (comm->me == 0) {
+    MLTorch::TrainingRecord record;
+    record.model_hash = model_hash;
+    record.member_hashes = member_hashes;
+    record.ncalls = ncalls;
+    record.nknown = nknown;
+    record.nabove = nabove;
+    record.nempty = nempty;
+    record.nupdates = nupdates;
+    record.nskipped = nskipped;
+    record.nrollbacks = nrollbacks;
+    record.nconfigs = nconfigs;
+    record.loss_ema = loss_ema;
+    record.stats.assign(std::begin(vec), std::end(vec));
+    record.parameters = training->parameters();
+    record.optimizer = training->optimizer_state();
+    record.good_parameters = training->good_parameters();
+    record.good_optimizer = training->good_optimizer_state();
+    out = MLTorch::pack_record(record);
+  }
+  bigint size = static_cast<bigint>(out.size());
+  MPI_Bcast(&size, 1, MPI_LMP_BIGINT, 0, world);
   // a fix's global restart record has an int size: parameters, two Adam
-  // moments and the rollback copies pass 2 GB near 90 M float32 parameters.
-  // Every rank holds the same state, so all of them stop together.
-  if (out.size() > max_restart_bytes)
+  // moments and the rollback copies pass 2 GB near 90 M float32 parameters
+  if (static_cast<std::size_t>(size) > max_restart_bytes)
     error->all(FLERR,
                "Fix torch/finetune: its restart state ({:.2f} GB: parameters, optimizer state{}) "
                "exceeds the 2 GB a LAMMPS restart file holds per fix; keep the model with the "
                "'save' keyword instead of write_restart{}",
-               out.size() / 1e9, training->has_good() ? " and rollback copies" : "",
+               size / 1e9, training->has_good() ? " and rollback copies" : "",
                training->has_good() ? ", or drop 'rollback' to halve the state" : "");
   if (comm->me != 0) return;
   const int n = static_cast<int>(out.size());
