@@ -146,14 +146,16 @@ def has(module):
     return True
 
 
-@unittest.skipUnless(os.environ.get("ML_TORCH_LMP"), "ML_TORCH_LMP (the lmp executable) not set")
-@unittest.skipUnless(has("sevenn"), "sevenn is not installed in this environment")
-class SevenNetThroughLammps(unittest.TestCase):
+class ImportedThroughLammps(unittest.TestCase):
+    """What the importer tests share: a periodic triclinic cell (`cell_of`),
+    the comparison and one import run through LAMMPS on 1 and 3 ranks."""
+    cell_of = staticmethod(binary_cell)
+
     @classmethod
     def setUpClass(cls):
         from ase import Atoms
-        cls.work = tempfile.mkdtemp(prefix="sevenn-")
-        cls.pos, cls.cell, cls.symbols = ternary_cell()
+        cls.work = tempfile.mkdtemp(prefix="imported-")
+        cls.pos, cls.cell, cls.symbols = cls.cell_of()
         cls.atoms = Atoms(cls.symbols, positions=cls.pos, cell=cls.cell, pbc=True)
         cls.volume = abs(np.linalg.det(cls.cell))
 
@@ -167,6 +169,22 @@ class SevenNetThroughLammps(unittest.TestCase):
         for key, value in d.items():
             self.assertLess(value, tol_rel, f"{what}: {key}")
         return d
+
+    def through_lammps(self, framework, name, source, dtype, tol, ref, elements, layered=True):
+        """Import `source` as a user does, run it on 1 and 3 ranks, compare with `ref`."""
+        model = os.path.join(self.work, f"{name}_{dtype}.pt")
+        print(import_model(model, dtype, framework, source, elements))
+        for ranks in (1, 3):
+            got = run_lammps(model, self.pos, self.cell, self.symbols, ranks, elements)
+            if layered:
+                self.assertIn("halo exchange", got["log"])
+            self.compare(got, ref, tol, f"{name} {dtype}, {ranks} rank(s) (tolerance {tol:.2g})")
+
+
+@unittest.skipUnless(os.environ.get("ML_TORCH_LMP"), "ML_TORCH_LMP (the lmp executable) not set")
+@unittest.skipUnless(has("sevenn"), "sevenn is not installed in this environment")
+class SevenNetThroughLammps(ImportedThroughLammps):
+    cell_of = staticmethod(ternary_cell)
 
     def test_float64_equals_sevenn_on_1_and_3_ranks(self):
         from mltorch.importers import sevenn as s7
@@ -207,21 +225,11 @@ SIC = ["Si", "C"]
 
 @unittest.skipUnless(os.environ.get("ML_TORCH_LMP"), "ML_TORCH_LMP (the lmp executable) not set")
 @unittest.skipUnless(has("mace"), "mace-torch is not installed in this environment (.venv-mace)")
-class MACEThroughLammps(unittest.TestCase):
+class MACEThroughLammps(ImportedThroughLammps):
     """A MACE model trained by MACE's own CLI (potentials/frameworks/mace_sic)
     imported with `mltorch-import mace` (which runs in .venv-mace), through
     pair_style torch on 1 and 3 ranks, against MACECalculator on a 64-atom
     triclinic SiC cell with antisites."""
-
-    @classmethod
-    def setUpClass(cls):
-        from ase import Atoms
-        cls.work = tempfile.mkdtemp(prefix="mace-")
-        cls.pos, cls.cell, cls.symbols = binary_cell()
-        cls.atoms = Atoms(cls.symbols, positions=cls.pos, cell=cls.cell, pbc=True)
-        cls.volume = abs(np.linalg.det(cls.cell))
-
-    compare = SevenNetThroughLammps.compare
 
     def reference(self, dtype):
         from mltorch.importers import mace as mc
@@ -230,27 +238,17 @@ class MACEThroughLammps(unittest.TestCase):
         return ref
 
     def test_float64_equals_mace_on_1_and_3_ranks(self):
-        model = os.path.join(self.work, "mace_sic_f64.pt")
-        print(import_model(model, "float64", "mace", MACE_MODEL, SIC))
-        ref = self.reference("float64")
-        for ranks in (1, 3):
-            got = run_lammps(model, self.pos, self.cell, self.symbols, ranks, SIC)
-            self.assertIn("halo exchange", got["log"])
-            self.compare(got, ref, 1e-10, f"MACE float64, {ranks} rank(s)")
+        self.through_lammps("mace", "mace", MACE_MODEL, "float64", 1e-10, self.reference("float64"),
+                            SIC)
 
     def test_float32_equals_mace_calculator_on_1_and_3_ranks(self):
         """float32 against MACECalculator in float32 to its own float32 noise:
         the tolerance is 10x the calculator's distance from its float64 self."""
-        model = os.path.join(self.work, "mace_sic_f32.pt")
-        print(import_model(model, "float32", "mace", MACE_MODEL, SIC))
         calc = self.reference("float32")
         noise = self.compare(calc, self.reference("float64"), 1e-3,
                              "MACECalculator (float32) vs MACECalculator (float64)")
-        tol = 10 * max(noise.values())
-        for ranks in (1, 3):
-            got = run_lammps(model, self.pos, self.cell, self.symbols, ranks, SIC)
-            self.compare(got, calc, tol, f"MACE float32, {ranks} rank(s), vs MACECalculator "
-                                         f"(tolerance {tol:.2g})")
+        self.through_lammps("mace", "mace", MACE_MODEL, "float32", 10 * max(noise.values()), calc,
+                            SIC)
 
 
 NEQUIP_DIR = os.path.join(root, "potentials", "frameworks", "nequip_sic")
@@ -258,21 +256,11 @@ NEQUIP_DIR = os.path.join(root, "potentials", "frameworks", "nequip_sic")
 
 @unittest.skipUnless(os.environ.get("ML_TORCH_LMP"), "ML_TORCH_LMP (the lmp executable) not set")
 @unittest.skipUnless(has("nequip"), "nequip is not installed in this environment")
-class NequIPThroughLammps(unittest.TestCase):
+class NequIPThroughLammps(ImportedThroughLammps):
     """A NequIP (3 layers, ZBL) and an Allegro model trained by nequip-train
     (potentials/frameworks/nequip_sic) imported with `mltorch-import nequip`,
     through pair_style torch on 1 and 3 ranks, against nequip's own ASE
     calculator (NequIPCalculator) on a 64-atom triclinic SiC cell with antisites."""
-
-    @classmethod
-    def setUpClass(cls):
-        from ase import Atoms
-        cls.work = tempfile.mkdtemp(prefix="nequip-")
-        cls.pos, cls.cell, cls.symbols = binary_cell()
-        cls.atoms = Atoms(cls.symbols, positions=cls.pos, cell=cls.cell, pbc=True)
-        cls.volume = abs(np.linalg.det(cls.cell))
-
-    compare = SevenNetThroughLammps.compare
 
     def reference(self, source, dtype):
         from mltorch.importers import nequip as nq
@@ -280,20 +268,11 @@ class NequIPThroughLammps(unittest.TestCase):
         ref["virial"] = virial_of(ref["stress"], self.volume)
         return ref
 
-    def through_lammps(self, name, source, dtype, tol, ref, layered):
-        model = os.path.join(self.work, f"{name}_{dtype}.pt")
-        print(import_model(model, dtype, "nequip", source, SIC))
-        for ranks in (1, 3):
-            got = run_lammps(model, self.pos, self.cell, self.symbols, ranks, SIC)
-            if layered:
-                self.assertIn("halo exchange", got["log"])
-            self.compare(got, ref, tol, f"{name} {dtype}, {ranks} rank(s) (tolerance {tol:.2g})")
-
     def test_float64_equals_nequip_on_1_and_3_ranks(self):
         for name, layered in (("nequip", True), ("allegro", False)):
             source = os.path.join(NEQUIP_DIR, f"{name}_sic.ckpt")
-            self.through_lammps(name, source, "float64", 1e-10,
-                                self.reference(source, "float64"), layered)
+            self.through_lammps("nequip", name, source, "float64", 1e-10,
+                                self.reference(source, "float64"), SIC, layered)
 
     def test_float32_equals_nequip_calculator_on_1_and_3_ranks(self):
         """float32 (nequip's own model_dtype) against NequIPCalculator on the
@@ -303,7 +282,8 @@ class NequIPThroughLammps(unittest.TestCase):
             calc = self.reference(source, "float32")
             noise = self.compare(calc, self.reference(source, "float64"), 1e-3,
                                  f"NequIPCalculator ({name}, float32) vs float64")
-            self.through_lammps(name, source, "float32", 10 * max(noise.values()), calc, layered)
+            self.through_lammps("nequip", name, source, "float32", 10 * max(noise.values()), calc,
+                                SIC, layered)
 
     def test_package_equals_its_checkpoint(self):
         """A package of nequip-package imports to the same numbers as its checkpoint."""
@@ -312,8 +292,8 @@ class NequIPThroughLammps(unittest.TestCase):
         out = subprocess.run([os.path.join(root, ".venv", "bin", "nequip-package"), "build", source,
                               package], capture_output=True, text=True, cwd=self.work)
         self.assertEqual(out.returncode, 0, out.stdout[-2000:] + out.stderr[-2000:])
-        self.through_lammps("nequip-package", package, "float64", 1e-10,
-                            self.reference(source, "float64"), True)
+        self.through_lammps("nequip", "nequip-package", package, "float64", 1e-10,
+                            self.reference(source, "float64"), SIC)
 
 
 FINETUNE = """

@@ -118,7 +118,9 @@ def import_nequip(args):
     meta = export(
         model, args.output, cutoff=model.cutoff, elements=model.elements, units="metal",
         dtype=dtype, num_interaction_layers=max(model.num_layers, 1),
-        model_type="nequip" if model.is_gnn else "allegro", extra=extra)
+        model_type="nequip" if model.is_gnn else "allegro", extra=extra,
+        architecture={"path": os.path.abspath(args.source), "dtype": dtype,
+                      "elements": model.elements})
 
     def reference(atoms):
         return nq.reference(atoms, args.source, dtype)

@@ -105,10 +105,22 @@ class NequIPModel(nn.Module):
     SequentialGraphNetwork, without the final total-energy sum); the pieces are index
     ranges: [0, c0) embeddings, [c0, c0+L) conv layers, [c0+L, s+1) readout + scale/shift,
     [s+1, end) pair potential.
+
+    Built from nequip's GraphModel (`NequIPModel(graph_model, elements)`, as the
+    importer does) or from the checkpoint or package it was loaded from
+    (`NequIPModel(path=..., dtype=..., elements=...)`, by `load_nequip`): the
+    importer records the latter as the file's architecture, so that
+    mltorch-compile rebuilds the eager module from the file.
     """
 
-    def __init__(self, graph_model, elements: Optional[List[str]] = None):
+    def __init__(self, graph_model=None, elements: Optional[List[str]] = None,
+                 path: Optional[str] = None, dtype: Optional[str] = None):
         super().__init__()
+        if graph_model is None:
+            if path is None:
+                raise ImportFailed("NequIPModel needs a nequip GraphModel or the path of its "
+                                   "checkpoint or package")
+            graph_model = load_nequip(path, dtype)
         # classes are matched by name: a .nequip.zip package brings its own copy of the
         # nequip code (torch.package, module '<torch_package_0>.nequip...'), so isinstance
         # against the installed nequip fails for packaged models
@@ -185,6 +197,24 @@ class NequIPModel(nn.Module):
                     else:                      # a scripted submodule
                         setattr(mod, attr, t.to(cur.device))
         return self
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """As nn.Module's, and also takes the non-persistent buffers (nequip's
+        ScalarLinearLayer.alpha, MakeWeightedChannels._rtoi, AvgNumNeighborsNorm.norm_const)
+        that a TorchScript module's state_dict() holds but an eager one's does not:
+        mltorch-compile rebuilds the eager module and loads the scripted file's state
+        into it. They are copied (the same constants: nequip computes them from the
+        config)."""
+        persistent = self.state_dict(keep_vars=True)
+        loose = {n: b for n, b in self.named_buffers() if n not in persistent}
+        rest = {}
+        with torch.no_grad():
+            for key, value in state_dict.items():
+                if key in loose:
+                    loose[key].copy_(value)
+                else:
+                    rest[key] = value
+        return super().load_state_dict(rest, strict=strict, assign=assign)
 
     def script_blocks(self):
         """Compile every nequip module with e3nn's script (which traces the modules e3nn
