@@ -285,6 +285,23 @@ class NequIPThroughLammps(ImportedThroughLammps):
             self.through_lammps("nequip", name, source, "float32", 10 * max(noise.values()), calc,
                                 SIC, layered)
 
+    def test_compiled_allegro_equals_nequip(self):
+        """mltorch-compile of an imported Allegro model (under a minute here;
+        NequIP's and MACE's stages take 5-7 minutes, not run here): the
+        package through pair_style torch gives nequip's own numbers."""
+        source = os.path.join(NEQUIP_DIR, "allegro_sic.ckpt")
+        model = os.path.join(self.work, "allegro_compiled.pt")
+        print(import_model(model, "float64", "nequip", source, SIC))
+        package = os.path.join(self.work, "allegro_compiled.pt2")
+        out = subprocess.run([os.path.join(root, ".venv", "bin", "mltorch-compile"), model, "-o",
+                              package], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stdout[-2000:] + out.stderr[-2000:])
+        ref = self.reference(source, "float64")
+        for ranks in (1, 3):
+            got = run_lammps(package, self.pos, self.cell, self.symbols, ranks, SIC)
+            self.assertIn("AOTInductor", got["log"])
+            self.compare(got, ref, 1e-10, f"allegro compiled, {ranks} rank(s)")
+
     def test_package_equals_its_checkpoint(self):
         """A package of nequip-package imports to the same numbers as its checkpoint."""
         source = os.path.join(NEQUIP_DIR, "nequip_sic.ckpt")

@@ -92,7 +92,9 @@ def import_mace(args):
                           "checkpoint_sha256": mc.sha256(args.source), "head": model.head_name}}
     meta = export(
         model, args.output, cutoff=model.cutoff, elements=model.elements, units="metal",
-        dtype=args.dtype, num_interaction_layers=model.num_layers, model_type="mace", extra=extra)
+        dtype=args.dtype, num_interaction_layers=model.num_layers, model_type="mace", extra=extra,
+        architecture={"path": os.path.abspath(args.source), "elements": model.elements,
+                      "dtype": args.dtype, "head": model.head_name})
 
     def reference(atoms):
         return mc.reference(atoms, args.source, args.dtype, args.head)

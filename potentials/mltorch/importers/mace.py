@@ -28,30 +28,19 @@ installs it in a second environment, .venv-mace, that shares the project's
 torch, and `mltorch-import mace` runs there (mltorch.importers.main).
 """
 
-import hashlib
 import os
 import warnings
 
 import torch
 from torch import Tensor, nn
+
+from .common import ImportFailed, sha256  # noqa: F401 (re-exported)
 from typing import List, Optional
 
 
 # the modules of the MACE and ScaleShiftMACE models this wrapper runs
 LAYOUT = ("node_embedding", "radial_embedding", "spherical_harmonics", "atomic_energies_fn",
           "interactions", "products", "readouts", "scale_shift")
-
-
-class ImportFailed(ValueError):
-    """The model cannot be imported as asked."""
-
-
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def load_mace(path, dtype):
@@ -146,6 +135,53 @@ class MACEModel(nn.Module):
             torch.set_default_dtype(old)
         return self
 
+    def prepare_export(self):
+        """For mltorch-compile: e3nn 0.4.4 (MACE's) runs TorchScript where
+        torch.export's symbolic tracing needs Python, and TorchScript code makes
+        the tracer fix the edge and node counts to those of the example graph.
+        Two places, both given back as the Python they were scripted from:
+        - the code e3nn generates for its Linear and TensorProduct modules
+          (`_compiled_main`, `_compiled_main_left_right`): the model file holds
+          it as TorchScript only, so it is generated again by e3nn's own
+          codegen from the module's irreps and instructions (what e3nn does
+          with jit_script_fx off), in the model's dtype, and takes the
+          scripted module's buffers (the Wigner 3j tensors), so their names
+          and values are the file's;
+        - e3nn.o3's `_spherical_harmonics`, a scripted function, is replaced in
+          its module by the Python function it was scripted from.
+        The same operations on the same numbers (mace_sic in float64: the
+        compiled package and its stages equal the TorchScript file to 1e-15
+        relative; mltorch-compile itself checks them against this module)."""
+        from e3nn import o3
+        import e3nn.o3._spherical_harmonics as sh
+        from e3nn.o3._linear import _codegen_linear
+        from e3nn.o3._tensor_product._codegen import codegen_tensor_product_left_right
+        python_sh = getattr(sh._spherical_harmonics, "_torchdynamo_inline", None)
+        if python_sh is not None:
+            sh._spherical_harmonics = python_sh
+        dtype = next(p.dtype for p in self.parameters() if p.is_floating_point())
+        old = torch.get_default_dtype()
+        torch.set_default_dtype(dtype)
+        try:
+            for name, mod in list(self.named_modules()):
+                if isinstance(mod, o3.Linear) and isinstance(getattr(mod, "_compiled_main", None),
+                                                             torch.jit.ScriptModule):
+                    w = mod.weight
+                    f_in, f_out = (int(w.shape[0]), int(w.shape[1])) if w.dim() == 3 else (None, None)
+                    graphmod, _, _ = _codegen_linear(mod.irreps_in, mod.irreps_out, mod.instructions,
+                                                     f_in, f_out, shared_weights=mod.shared_weights,
+                                                     optimize_einsums=mod._optimize_einsums)
+                    _swap_codegen(mod, f"{name}._compiled_main", "_compiled_main", graphmod)
+                elif isinstance(mod, o3.TensorProduct) and isinstance(
+                        getattr(mod, "_compiled_main_left_right", None), torch.jit.ScriptModule):
+                    graphmod = codegen_tensor_product_left_right(
+                        mod.irreps_in1, mod.irreps_in2, mod.irreps_out, mod.instructions,
+                        mod.shared_weights, mod._specialized_code, mod._optimize_einsums)
+                    _swap_codegen(mod, f"{name}._compiled_main_left_right",
+                                  "_compiled_main_left_right", graphmod)
+        finally:
+            torch.set_default_dtype(old)
+
     # --- the pieces ----------------------------------------------------------
 
     def _attrs(self, species: Tensor, dtype: torch.dtype) -> Tensor:
@@ -222,6 +258,24 @@ class MACEModel(nn.Module):
     @torch.jit.export
     def stage_readout(self, h: Tensor, species: Tensor, n_local: int) -> Tensor:
         return self._finish(h[:, -1], self._attrs(species[:n_local], h.dtype))
+
+
+def _swap_codegen(owner, qualname, attr, graphmod):
+    """Put the regenerated fx module `graphmod` in place of the TorchScript
+    module owner.<attr>, with the scripted module's buffers (same names)."""
+    scripted = getattr(owner, attr)
+    want = dict(scripted.named_buffers())
+    have = dict(graphmod.named_buffers())
+    if set(want) != set(have) or any(want[k].shape != have[k].shape for k in want):
+        raise ImportFailed(f"{qualname}: e3nn's regenerated code does not match the model's "
+                           f"(buffers {sorted(have)} vs {sorted(want)})")
+    for key, t in want.items():
+        *path, leaf = key.split(".")
+        mod = graphmod
+        for q in path:
+            mod = getattr(mod, q)
+        mod._buffers[leaf] = t.detach().clone()
+    setattr(owner, attr, graphmod)
 
 
 def reference(atoms, path, dtype="float64", head=None):

@@ -26,7 +26,6 @@ own ASE calculator (`reference()`):
   are matched by name.
 """
 
-import hashlib
 import os
 import tempfile
 import warnings
@@ -35,17 +34,7 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor, nn
 
-
-class ImportFailed(ValueError):
-    """The model cannot be imported as asked."""
-
-
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+from .common import ImportFailed, sha256  # noqa: F401 (re-exported)
 
 
 def model_dtype_of(path):

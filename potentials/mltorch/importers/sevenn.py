@@ -30,12 +30,13 @@ What the wrapper changes, each checked against SevenNet's own model
 """
 
 import contextlib
-import hashlib
 import os
 import warnings
 
 import torch
 from torch import Tensor, nn
+
+from .common import ImportFailed, sha256  # noqa: F401 (re-exported)
 
 PRETRAINED = {
     "7net-0": "SevenNet_0__11Jul2024/checkpoint_sevennet_0.pth",
@@ -49,10 +50,6 @@ BLOCK = ("self_connection_intro", "self_interaction_1", "convolution", "self_int
 SKIPPED = ("reduce_total_enegy", "force_output")   # SevenNet's own sum and autograd
 
 
-class ImportFailed(ValueError):
-    """The checkpoint cannot be imported as asked."""
-
-
 def checkpoint_path(name):
     """A shipped model name (PRETRAINED) or a checkpoint file -> its path."""
     if name in PRETRAINED:
@@ -63,14 +60,6 @@ def checkpoint_path(name):
         return name
     raise ImportFailed(f"{name!r} is neither a shipped SevenNet model ({', '.join(PRETRAINED)}) "
                        "nor a checkpoint file")
-
-
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 @contextlib.contextmanager
