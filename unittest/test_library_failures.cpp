@@ -109,17 +109,24 @@ TEST(LibraryFailures, OneRankFails)
   EXPECT_NE(message.find("(on MPI rank 1)"), std::string::npos) << message;
 }
 
+// two replicas (-partition 2x1, one rank each) set up by `setup`, then a
+// short run: its error type and message
+static int run_two_replicas(const std::string &setup, std::string &message)
+{
+  Instance lmp({"-partition", "2x1", "-plog", "none", "-pscreen", "none", "-in", "none"});
+  const int type = lmp.run("variable p world 0 1\n" + setup, message);
+  if (type != 0) return -type;    // the set-up failed: a negative type
+  return lmp.run("run 3 post no\n", message);
+}
+
 TEST(LibraryFailures, OnePartitionFails)
 {
   if (nprocs != 2) GTEST_SKIP() << "runs on 2 ranks";
-  Instance lmp({"-partition", "2x1", "-plog", "none", "-pscreen", "none", "-in", "none"});
   std::string message;
   // Xe in partition 2 only
-  const std::string pick = "variable p world 0 1\n"
-                           "if \"${p} == 1\" then \"variable xe string back\" "
-                           "else \"variable xe string none\"\n";
-  ASSERT_EQ(lmp.run(pick + ar_xe("Ar Xe"), message), 0) << message;
-  const int type = lmp.run("run 3 post no\n", message);
+  const int type = run_two_replicas("if \"${p} == 1\" then \"variable xe string back\" "
+                                    "else \"variable xe string none\"\n" + ar_xe("Ar Xe"),
+                                    message);
   // replicas: LAMMPS's abort-class error (the caller must end the job), on every replica
   expect_everywhere(type, message, 2, "training pass refused near Xe (test model)");
   EXPECT_NE(message.find("(in partition 2)"), std::string::npos) << message;
@@ -128,16 +135,11 @@ TEST(LibraryFailures, OnePartitionFails)
 TEST(LibraryFailures, OnePartitionHasNoData)
 {
   if (nprocs != 2) GTEST_SKIP() << "runs on 2 ranks";
-  Instance lmp({"-partition", "2x1", "-plog", "none", "-pscreen", "none", "-in", "none"});
   std::string message;
   // partition 1: no atom at all, so none of a type the model covers
-  const std::string pick = "variable p world 0 1\n"
-                           "variable xe string none\n";
-  ASSERT_EQ(lmp.run(pick + ar_xe("Ar Xe") + "if \"${p} == 0\" then \"delete_atoms group all\"\n",
-                    message),
-            0)
-      << message;
-  const int type = lmp.run("run 3 post no\n", message);
+  const int type = run_two_replicas("variable xe string none\n" + ar_xe("Ar Xe") +
+                                        "if \"${p} == 0\" then \"delete_atoms group all\"\n",
+                                    message);
   expect_everywhere(type, message, 2,
                     "Fix torch/finetune on step 1: no atom of a type the model covers; nothing "
                     "to train on (in partition 1)");
