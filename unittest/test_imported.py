@@ -30,45 +30,38 @@ NKTV2P = 1.6021765e6           # LAMMPS metal: bar * A^3 -> eV
 ELEMENTS = ["Zn", "S", "Se"]
 
 
-def ternary_cell(seed=5):
-    """64 atoms: zincblende ZnS with a quarter of S replaced by Se, a sheared
-    (triclinic) 2x2x2 cell in LAMMPS's orientation, rattled by 0.08 A."""
+def zincblende_cell(a, pick, shear, rattle, seed):
+    """64 atoms on a zincblende 2x2x2 cell of side 2a, sheared (xy, xz, yz) into
+    a triclinic cell in LAMMPS's orientation and rattled by `rattle` A;
+    pick(rng) gives the (cation, anion) symbols of each site pair."""
     rng = np.random.default_rng(seed)
-    a = 5.55
     fcc = np.array([[0, 0, 0], [0, .5, .5], [.5, 0, .5], [.5, .5, 0]])
     frac, symbols = [], []
     for i in range(2):
         for j in range(2):
             for k in range(2):
                 for b in fcc:
+                    cation, anion = pick(rng)
                     frac.append((b + [i, j, k]) / 2)
-                    symbols.append("Zn")
+                    symbols.append(cation)
                     frac.append((b + 0.25 + [i, j, k]) / 2)
-                    symbols.append("Se" if rng.random() < 0.25 else "S")
-    cell = 2 * a * np.array([[1.0, 0.0, 0.0], [0.10, 1.0, 0.0], [-0.07, 0.12, 1.0]])
-    pos = np.array(frac) @ cell + rng.normal(0, 0.08, (len(frac), 3))
+                    symbols.append(anion)
+    xy, xz, yz = shear
+    cell = 2 * a * np.array([[1.0, 0.0, 0.0], [xy, 1.0, 0.0], [xz, yz, 1.0]])
+    pos = np.array(frac) @ cell + rng.normal(0, rattle, (len(frac), 3))
     return pos, cell, symbols
 
 
-def binary_cell(seed=9):
-    """64 atoms: zincblende SiC with an eighth of the sites swapped (antisites),
-    a sheared (triclinic) 2x2x2 cell in LAMMPS's orientation, rattled by 0.06 A."""
-    rng = np.random.default_rng(seed)
-    a = 4.36
-    fcc = np.array([[0, 0, 0], [0, .5, .5], [.5, 0, .5], [.5, .5, 0]])
-    frac, symbols = [], []
-    for i in range(2):
-        for j in range(2):
-            for k in range(2):
-                for b in fcc:
-                    swap = rng.random() < 0.125
-                    frac.append((b + [i, j, k]) / 2)
-                    symbols.append("C" if swap else "Si")
-                    frac.append((b + 0.25 + [i, j, k]) / 2)
-                    symbols.append("Si" if swap else "C")
-    cell = 2 * a * np.array([[1.0, 0.0, 0.0], [0.08, 1.0, 0.0], [-0.05, 0.1, 1.0]])
-    pos = np.array(frac) @ cell + rng.normal(0, 0.06, (len(frac), 3))
-    return pos, cell, symbols
+def ternary_cell():
+    """ZnS with a quarter of S replaced by Se."""
+    return zincblende_cell(5.55, lambda rng: ("Zn", "Se" if rng.random() < 0.25 else "S"),
+                           (0.10, -0.07, 0.12), 0.08, 5)
+
+
+def binary_cell():
+    """SiC with an eighth of the site pairs swapped (antisites)."""
+    return zincblende_cell(4.36, lambda rng: ("C", "Si") if rng.random() < 0.125 else ("Si", "C"),
+                           (0.08, -0.05, 0.1), 0.06, 9)
 
 
 def write_data(path, pos, cell, symbols, elements=ELEMENTS):
