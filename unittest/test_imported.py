@@ -52,16 +52,16 @@ def zincblende_cell(a, pick, shear, rattle, seed):
     return pos, cell, symbols
 
 
-def ternary_cell():
+def ternary_cell(seed=5):
     """ZnS with a quarter of S replaced by Se."""
     return zincblende_cell(5.55, lambda rng: ("Zn", "Se" if rng.random() < 0.25 else "S"),
-                           (0.10, -0.07, 0.12), 0.08, 5)
+                           (0.10, -0.07, 0.12), 0.08, seed)
 
 
-def binary_cell():
+def binary_cell(seed=9):
     """SiC with an eighth of the site pairs swapped (antisites)."""
     return zincblende_cell(4.36, lambda rng: ("C", "Si") if rng.random() < 0.125 else ("Si", "C"),
-                           (0.08, -0.05, 0.1), 0.06, 9)
+                           (0.08, -0.05, 0.1), 0.06, seed)
 
 
 def write_data(path, pos, cell, symbols, elements=ELEMENTS):
