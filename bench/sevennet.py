@@ -27,35 +27,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
+
+import peer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 VENV = os.path.join(ROOT, ".venv", "bin")
 
-# a LAMMPS plugin entry point that registers SevenNet's PairE3GNN as "e3gnn"
-PLUGIN = r"""
-#include "lammpsplugin.h"
-#include "version.h"
-#include "pair_e3gnn.h"
-using namespace LAMMPS_NS;
-static Pair *e3gnn_creator(LAMMPS *lmp) { return new PairE3GNN(lmp); }
-extern "C" void lammpsplugin_init(void *lmp, void *handle, void *regfunc)
-{
-  lammpsplugin_t plugin;
-  auto register_plugin = (lammpsplugin_regfunc) regfunc;
-  plugin.version = LAMMPS_VERSION;
-  plugin.style = "pair";
-  plugin.name = "e3gnn";
-  plugin.info = "SevenNet pair_e3gnn, built from the installed sevenn wheel";
-  plugin.author = "SevenNet developers";
-  plugin.creator.v1 = (lammpsplugin_factory1 *) &e3gnn_creator;
-  plugin.handle = handle;
-  (*register_plugin)(&plugin, lmp);
-}
-"""
 
 INPUT = """units metal
 atom_modify map array
@@ -79,48 +59,17 @@ run {steps}
 """
 
 
-def cache_dir():
-    base = os.environ.get("ML_TORCH_CACHE", os.path.expanduser("~/.cache/ml-torch"))
-    return os.path.join(base, "e3gnn")
-
-
-def lammps_source(build):
-    with open(os.path.join(build, "CMakeCache.txt")) as f:
-        for line in f:
-            if line.startswith("LAMMPS_SOURCE_DIR:"):
-                return line.split("=", 1)[1].strip()
-    raise SystemExit("bench/sevennet.py: LAMMPS_SOURCE_DIR not found in build/CMakeCache.txt")
-
-
 def build_e3gnn(build):
     """The e3gnn plugin from the wheel's sources (cached by the wheel's version)."""
     import sevenn
     import torch
-    out = os.path.join(cache_dir(), f"sevenn-{sevenn.__version__}-torch-{torch.__version__}")
-    lib = os.path.join(out, "e3gnnplugin.so")
-    if os.path.exists(lib):
-        return lib
-    os.makedirs(out, exist_ok=True)
     src = os.path.join(os.path.dirname(sevenn.__file__), "pair_e3gnn")
-    with open(os.path.join(out, "e3gnnplugin.cpp"), "w") as f:
-        f.write(PLUGIN)
-    tdir = os.path.dirname(torch.__file__)
-    flags = ["-O3", "-fPIC", "-std=c++20", "-D_GLIBCXX_USE_CXX11_ABI=1", "-DLAMMPS_SMALLBIG",
-             "-DMPICH_SKIP_MPICXX", "-DOMPI_SKIP_MPICXX", "-D_MPICC_H",
-             f"-I{lammps_source(build)}/src", f"-I{src}", "-isystem", f"{tdir}/include", "-isystem",
-             f"{tdir}/include/torch/csrc/api/include", "-w"]
-    objs = []
-    for cpp in (os.path.join(src, "pair_e3gnn.cpp"), os.path.join(src, "pair_e3gnn_oeq_autograd.cpp"),
-                os.path.join(out, "e3gnnplugin.cpp")):
-        obj = os.path.join(out, os.path.basename(cpp) + ".o")
-        t = time.time()
-        subprocess.run(["mpicxx", *flags, "-c", cpp, "-o", obj], check=True)
-        print(f"  compiled {os.path.basename(cpp)} in {time.time() - t:.0f} s", flush=True)
-        objs.append(obj)
-    subprocess.run(["mpicxx", "-shared", "-o", lib + ".tmp", *objs, f"-L{tdir}/lib",
-                    f"-Wl,-rpath,{tdir}/lib", "-ltorch", "-ltorch_cpu", "-lc10"], check=True)
-    os.replace(lib + ".tmp", lib)
-    return lib
+    return peer.build_plugin(
+        os.path.join(peer.cache_dir("e3gnn"), f"sevenn-{sevenn.__version__}-torch-{torch.__version__}"),
+        build, [os.path.join(src, "pair_e3gnn.cpp"), os.path.join(src, "pair_e3gnn_oeq_autograd.cpp")],
+        src, {"name": "e3gnn", "cls": "PairE3GNN", "header": "pair_e3gnn.h",
+              "info": "SevenNet pair_e3gnn, built from the installed sevenn wheel",
+              "author": "SevenNet developers"})
 
 
 def models(tmp):

@@ -1,0 +1,77 @@
+"""Peers' LAMMPS styles built at benchmark time as LAMMPS plugins, outside the
+repository (in the ML-TORCH cache), and loaded into our build/lmp with
+`plugin load`: the plugin entry point, the compile and the link, shared by
+bench/sevennet.py (SevenNet's pair_e3gnn, from the sevenn wheel) and
+bench/nequip.py (pair_nequip_allegro, from a checkout the user gives)."""
+
+import os
+import subprocess
+import time
+
+# a LAMMPS plugin entry point registering one pair style
+ENTRY = r"""
+#include "lammpsplugin.h"
+#include "version.h"
+#include "{header}"
+using namespace LAMMPS_NS;
+static Pair *creator(LAMMPS *lmp) {{ return new {cls}(lmp); }}
+extern "C" void lammpsplugin_init(void *lmp, void *handle, void *regfunc)
+{{
+  lammpsplugin_t plugin;
+  auto register_plugin = (lammpsplugin_regfunc) regfunc;
+  plugin.version = LAMMPS_VERSION;
+  plugin.style = "pair";
+  plugin.name = "{name}";
+  plugin.info = "{info}";
+  plugin.author = "{author}";
+  plugin.creator.v1 = (lammpsplugin_factory1 *) &creator;
+  plugin.handle = handle;
+  (*register_plugin)(&plugin, lmp);
+}}
+"""
+
+
+def cache_dir(name):
+    base = os.environ.get("ML_TORCH_CACHE", os.path.expanduser("~/.cache/ml-torch"))
+    return os.path.join(base, name)
+
+
+def lammps_source(build):
+    with open(os.path.join(build, "CMakeCache.txt")) as f:
+        for line in f:
+            if line.startswith("LAMMPS_SOURCE_DIR:"):
+                return line.split("=", 1)[1].strip()
+    raise SystemExit(f"LAMMPS_SOURCE_DIR not found in {build}/CMakeCache.txt")
+
+
+def build_plugin(out, build, sources, include, style, defines=()):
+    """`out`/STYLEplugin.so from the peer's `sources` (headers in `include`) and
+    an entry point for `style` (a dict: name, cls, header, info, author),
+    compiled with mpicxx against LAMMPS's headers and the project's torch;
+    kept in `out` once built."""
+    import torch
+    lib = os.path.join(out, f"{style['name']}plugin.so")
+    if os.path.exists(lib):
+        print(f"  cached: {lib}", flush=True)
+        return lib
+    os.makedirs(out, exist_ok=True)
+    entry = os.path.join(out, f"{style['name']}plugin.cpp")
+    with open(entry, "w") as f:
+        f.write(ENTRY.format(**style))
+    tdir = os.path.dirname(torch.__file__)
+    flags = ["-O3", "-fPIC", "-std=c++20", "-D_GLIBCXX_USE_CXX11_ABI=1", "-DLAMMPS_SMALLBIG",
+             "-DMPICH_SKIP_MPICXX", "-DOMPI_SKIP_MPICXX", "-D_MPICC_H", *defines,
+             f"-I{lammps_source(build)}/src", f"-I{include}", "-isystem", f"{tdir}/include",
+             "-isystem", f"{tdir}/include/torch/csrc/api/include", "-w"]
+    objs, t0 = [], time.time()
+    for cpp in (*sources, entry):
+        obj = os.path.join(out, os.path.basename(cpp) + ".o")
+        t = time.time()
+        subprocess.run(["mpicxx", *flags, "-c", cpp, "-o", obj], check=True)
+        print(f"  compiled {os.path.basename(cpp)} in {time.time() - t:.0f} s", flush=True)
+        objs.append(obj)
+    subprocess.run(["mpicxx", "-shared", "-o", lib + ".tmp", *objs, f"-L{tdir}/lib",
+                    f"-Wl,-rpath,{tdir}/lib", "-ltorch", "-ltorch_cpu", "-lc10"], check=True)
+    os.replace(lib + ".tmp", lib)
+    print(f"  built {lib} in {time.time() - t0:.0f} s", flush=True)
+    return lib
