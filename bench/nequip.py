@@ -169,11 +169,7 @@ def run_once(lmp, style, model, load, cells, ranks, steps, tmp):
         errors = list(dict.fromkeys(re.sub(r" \(\S+:\d+\)$", "", line)  # drop (file:line)
                                     for line in errors))
         return {"failed": " | ".join((errors or text)[-4:])}
-    t, n = float(loops[-1][0]), int(loops[-1][1])
-    pe = re.findall(r"^\s+0\s+(-?[0-9.e+-]+)\s*$", log, re.M)
-    with open(os.path.join(work, "forces.dump")) as f:
-        forces = np.array([[float(w) for w in line.split()[1:4]] for line in f.read().splitlines()[9:]])
-    return {"step": t / n, "pe": float(pe[0]), "forces": forces}
+    return peer.results(work, log)
 
 
 def main():

@@ -5,8 +5,11 @@ bench/sevennet.py (SevenNet's pair_e3gnn, from the sevenn wheel) and
 bench/nequip.py (pair_nequip_allegro, from a checkout the user gives)."""
 
 import os
+import re
 import subprocess
 import time
+
+import numpy as np
 
 # a LAMMPS plugin entry point registering one pair style
 ENTRY = r"""
@@ -75,3 +78,15 @@ def build_plugin(out, build, sources, include, style, defines=()):
     os.replace(lib + ".tmp", lib)
     print(f"  built {lib} in {time.time() - t0:.0f} s", flush=True)
     return lib
+
+
+def results(work, log):
+    """Seconds per step of the last run in a LAMMPS `log` (text), the energy of
+    its step 0 and the forces of `work`/forces.dump (the benchmarks' inputs
+    write it after `run 0`)."""
+    loops = re.findall(r"Loop time of ([0-9.e+-]+) on \d+ procs for (\d+) steps", log)
+    t, n = float(loops[-1][0]), int(loops[-1][1])
+    pe = re.findall(r"^\s+0\s+(-?[0-9.e+-]+)\s*$", log, re.M)
+    with open(os.path.join(work, "forces.dump")) as f:
+        forces = np.array([[float(w) for w in line.split()[1:4]] for line in f.read().splitlines()[9:]])
+    return {"step": t / n, "pe": float(pe[0]), "forces": forces}

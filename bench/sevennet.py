@@ -22,7 +22,6 @@ the rank count); on more ranks it is run once to report what it does.
 
 import argparse
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -95,12 +94,7 @@ def run_once(lmp, style, model, load, cells, ranks, steps, tmp):
     if p.returncode != 0:
         tail = (p.stdout + p.stderr + log).strip().splitlines()[-4:]
         return {"failed": " | ".join(tail)}
-    loops = re.findall(r"Loop time of ([0-9.e+-]+) on \d+ procs for (\d+) steps", log)
-    t, n = float(loops[-1][0]), int(loops[-1][1])
-    pe = re.findall(r"^\s+0\s+(-?[0-9.e+-]+)\s*$", log, re.M)
-    with open(os.path.join(work, "forces.dump")) as f:
-        forces = np.array([[float(w) for w in line.split()[1:4]] for line in f.read().splitlines()[9:]])
-    return {"step": t / n, "pe": float(pe[0]), "forces": forces}
+    return peer.results(work, log)
 
 
 def main():
