@@ -78,7 +78,7 @@ def write_data(path, pos, cell, symbols, elements=ELEMENTS):
             f.write(f"{i + 1} {t} {p[0]:.17g} {p[1]:.17g} {p[2]:.17g}\n")
 
 
-def run_lammps(model, pos, cell, symbols, ranks, elements=ELEMENTS):
+def run_lammps(model, pos, cell, symbols, ranks, elements=ELEMENTS, launcher=None):
     """Energy, forces [n,3], virial [6] (xx yy zz xy xz yz, eV) and per-atom energies."""
     work = tempfile.mkdtemp(prefix="imported-")
     write_data(os.path.join(work, "cell.data"), pos, cell, symbols, elements)
@@ -99,10 +99,12 @@ $(c_vir[4]:%.17g) $(c_vir[5]:%.17g) $(c_vir[6]:%.17g) $(vol:%.17g)"
 """
     with open(os.path.join(work, "in.imported"), "w") as f:
         f.write(script)
+    # `launcher`: the start of another command line than mpiexec + ML_TORCH_LMP
     mpiexec = os.environ.get("ML_TORCH_MPIEXEC", "mpiexec")
-    out = subprocess.run([mpiexec, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks),
-                          os.environ["ML_TORCH_LMP"], "-log", "none", "-echo", "none", "-nocite",
-                          "-in", "in.imported"], capture_output=True, text=True, cwd=work,
+    launcher = launcher or [mpiexec, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks),
+                            os.environ["ML_TORCH_LMP"]]
+    out = subprocess.run([*launcher, "-log", "none", "-echo", "none", "-nocite", "-in",
+                          "in.imported"], capture_output=True, text=True, cwd=work,
                          env=dict(os.environ, OMP_NUM_THREADS="1"))
     if out.returncode != 0:
         raise AssertionError(out.stdout[-3000:] + out.stderr[-3000:])
@@ -304,6 +306,29 @@ class NequIPThroughLammps(ImportedThroughLammps):
         self.assertEqual(out.returncode, 0, out.stdout[-2000:] + out.stderr[-2000:])
         self.through_lammps("nequip", "nequip-package", package, "float64", 1e-10,
                             self.reference(source, "float64"), SIC)
+
+
+@unittest.skipUnless(os.environ.get("ML_TORCH_LMP") and os.environ.get("ML_TORCH_KK_LMP_RUN"),
+                     "ML_TORCH_LMP and ML_TORCH_KK_LMP_RUN (the KOKKOS lane's lmp-run) not set")
+@unittest.skipUnless(has("nequip"), "nequip is not installed in this environment")
+class ImportedThroughKokkos(ImportedThroughLammps):
+    """The imported NequIP, Allegro and MACE files through pair_style torch/kk
+    (the KOKKOS lane, 2 ranks, GPU-style package options) against pair_style
+    torch on 1 rank: the same model files, unchanged."""
+
+    def test_kokkos_equals_torch(self):
+        kk = [os.environ["ML_TORCH_KK_LMP_RUN"], "-np", "2", "-k", "on", "t", "1", "-sf", "kk",
+              "-pk", "kokkos", "newton", "on", "neigh", "half"]
+        for framework, name, source in (
+                ("nequip", "nequip", os.path.join(NEQUIP_DIR, "nequip_sic.ckpt")),
+                ("nequip", "allegro", os.path.join(NEQUIP_DIR, "allegro_sic.ckpt")),
+                ("mace", "mace", MACE_MODEL)):
+            model = os.path.join(self.work, f"{name}_kk.pt")
+            print(import_model(model, "float64", framework, source, SIC))
+            ref = run_lammps(model, self.pos, self.cell, self.symbols, 1, SIC)
+            got = run_lammps(model, self.pos, self.cell, self.symbols, 2, SIC, launcher=kk)
+            self.assertIn("torch/kk", got["log"])
+            self.compare(got, ref, 1e-12, f"{name} through torch/kk (2 ranks) vs torch (1 rank)")
 
 
 FINETUNE = """
