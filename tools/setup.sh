@@ -149,6 +149,8 @@ if ! .venv-mace/bin/python -c "import mace, e3nn, mltorch.importers; assert e3nn
   # pip takes the version without the local tag (+cu...) as a constraint
   echo "$torch_spec" | sed 's/+.*//' > .venv-mace/constraints.txt
   .venv-mace/bin/python -m pip install -q -c .venv-mace/constraints.txt "mace-torch==0.3.16"
+  echo "(pip's note on e3nn above is about .venv's SevenNet and nequip seen from .venv-mace;" \
+       ".venv keeps e3nn 0.6, .venv-mace has 0.4.4 for MACE)"
 fi
 # the project's own tooling (mltorch-info, mltorch-compile, mltorch-import,
 # exporter, trainer), editable
