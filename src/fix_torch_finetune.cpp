@@ -55,6 +55,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <iterator>
 #include <limits>
 
@@ -617,10 +618,19 @@ void FixTorchFinetune::check_replicas_consistent(bool broadcast)
 
 void FixTorchFinetune::fail_if(const std::string &mine)
 {
-  std::string text = MLTorchMPI::first_failure(world, mine.empty(), mine);
-  if (text.empty()) return;
-  if (universe->nworlds > 1) text += fmt::format(" (in partition {})", universe->iworld + 1);
-  throw StepFailure(text);
+  const std::string text = MLTorchMPI::first_failure(world, mine.empty(), mine);
+  if (!text.empty()) throw StepFailure(text);
+}
+
+void FixTorchFinetune::agreed_call(const char *what, const std::function<void()> &work)
+{
+  std::string failure;
+  try {
+    work();
+  } catch (std::exception &e) {
+    failure = fmt::format("Fix torch/finetune{} on step {}: {}", what, update->ntimestep, e.what());
+  }
+  fail_if(failure);
 }
 
 void FixTorchFinetune::replicas_agree(const std::string &agreed)
@@ -630,7 +640,9 @@ void FixTorchFinetune::replicas_agree(const std::string &agreed)
     if (!agreed.empty()) error->all(FLERR, agreed);
     return;
   }
-  MLTorchMPI::stop_collectively(error, universe->uworld, agreed.empty(), agreed, false);
+  const std::string text =
+      agreed.empty() ? agreed : fmt::format("{} (in partition {})", agreed, universe->iworld + 1);
+  MLTorchMPI::stop_collectively(error, universe->uworld, text.empty(), text, false);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -947,13 +959,7 @@ void FixTorchFinetune::train_current(const MLTorch::GraphInput &in)
     // stage 1: partial forces of this rank's graph
     double e_part = 0.0, w_part[6];
     auto &node_forces = node_buf;
-    std::string failure;
-    try {
-      model.forward_train(in, e_part, node_forces, w_part);
-    } catch (std::exception &e) {
-      failure = fmt::format("Fix torch/finetune on step {}: {}", update->ntimestep, e.what());
-    }
-    fail_if(failure);
+    agreed_call("", [&] { model.forward_train(in, e_part, node_forces, w_part); });
 
     // full model forces on the owners: LAMMPS reverse communication
     if (nall > 0) std::memset(&fpart[0][0], 0, sizeof(double) * 3 * nall);
@@ -986,10 +992,7 @@ void FixTorchFinetune::train_current(const MLTorch::GraphInput &in)
     // the same sum on every rank of the replica, so all of them throw
     if (natoms < 1.0)
       throw StepFailure(fmt::format("Fix torch/finetune on step {}: no atom of a type the model "
-                                    "covers; nothing to train on{}", update->ntimestep,
-                                    universe->nworlds > 1 ? fmt::format(" (in partition {})",
-                                                                        universe->iworld + 1)
-                                                          : std::string()));
+                                    "covers; nothing to train on", update->ntimestep));
     const auto t = loss_terms(w_energy, w_force, w_stress, sum[0], sum[1], sum + 2, sum + 8,
                               sum[15], natoms);
 
@@ -1004,12 +1007,7 @@ void FixTorchFinetune::train_current(const MLTorch::GraphInput &in)
     weights.resize(3 * in.n_nodes);
     for (int64_t n = 0; n < in.n_nodes; ++n)
       for (int k = 0; k < 3; ++k) weights[3 * n + k] = resid[node2atom[n]][k];
-    try {
-      model.backward_train(weights, t.ce, t.cw);
-    } catch (std::exception &e) {
-      failure = fmt::format("Fix torch/finetune on step {}: {}", update->ntimestep, e.what());
-    }
-    fail_if(failure);
+    agreed_call("", [&] { model.backward_train(weights, t.ce, t.cw); });
     if (m > 0) continue;
 
     loss = t.loss;
@@ -1092,7 +1090,7 @@ void FixTorchFinetune::store_replay(const MLTorch::GraphInput &in, double e_ref,
   std::vector<std::vector<int64_t>> by_owner(nprocs);
   std::vector<std::vector<int>> slots(nprocs);
   std::string failure;
-  for (int64_t n = in.n_local; n < in.n_nodes && failure.empty(); ++n) {
+  for (int64_t n = in.n_local; n < in.n_nodes; ++n) {
     const int a = node2atom[n];
     const int owner = static_cast<int>(resid[a][0]);
     if (owner < 0 || owner >= nprocs) {
@@ -1181,13 +1179,7 @@ void FixTorchFinetune::train_replay(Replay &r, MLTorch::Model &model)
   if (student->halo_exchange()) in.halo = &halo;
   double e_part = 0.0, w_part[6];
   std::vector<double> nf;
-  std::string failure;
-  try {
-    model.forward_train(in, e_part, nf, w_part);
-  } catch (std::exception &e) {
-    failure = fmt::format("Fix torch/finetune replay on step {}: {}", update->ntimestep, e.what());
-  }
-  fail_if(failure);
+  agreed_call(" replay", [&] { model.forward_train(in, e_part, nf, w_part); });
 
   // partial forces of ghost nodes -> owners: the piece's reverse exchange
   // (the same owner map a layered model's features travel along)
@@ -1208,12 +1200,7 @@ void FixTorchFinetune::train_replay(Replay &r, MLTorch::Model &model)
   std::vector<double> owned(3 * r.n_local), weights(3 * r.n_nodes);
   for (int64_t n = 0; n < 3 * r.n_local; ++n) owned[n] = t.cf * (F[n] - r.fref[n]);
   halo.forward(owned.data(), weights.data(), 3);
-  try {
-    model.backward_train(weights, t.ce, t.cw);
-  } catch (std::exception &e) {
-    failure = fmt::format("Fix torch/finetune replay on step {}: {}", update->ntimestep, e.what());
-  }
-  fail_if(failure);
+  agreed_call(" replay", [&] { model.backward_train(weights, t.ce, t.cw); });
 }
 
 /* ---------------------------------------------------------------------- */

@@ -19,6 +19,7 @@ FixStyle(torch/finetune,FixTorchFinetune);
 #include "fix.h"
 
 #include <memory>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -166,6 +167,7 @@ class FixTorchFinetune : public Fix {
   void train_current(const MLTorch::GraphInput &in);
   // collective decisions on failures inside a step (see the .cpp)
   void fail_if(const std::string &mine);
+  void agreed_call(const char *what, const std::function<void()> &work);
   void replicas_agree(const std::string &agreed);
   bool gate_says_label();
   void train_replay(Replay &r);

@@ -21,7 +21,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
 
 namespace MLTorch {
 namespace {
@@ -193,13 +192,8 @@ TrainingRecord unpack_record(const char *buf, std::size_t size, int nstats)
     read_body(in, r, nstats, false);
     return r;
   }
-  if (r.version != TrainingRecord::VERSION)
-    throw RecordError("restart data version " + std::to_string(r.version) +
-                      " is not one this fix reads (1 to " +
-                      std::to_string(TrainingRecord::VERSION) + ")");
-  record_size(buf, size);    // checks the frame against `size`
-  const auto n = static_cast<std::size_t>(in.get<int64_t>("size"));
-  in.get<int64_t>("size");
+  // the version and the frame, checked against `size`
+  const std::size_t n = record_size(buf, size) - FRAME - CHECKSUM;
   const char *payload = buf + FRAME;
   if (std::string(payload + n, CHECKSUM) != content_hash(std::string(payload, n)))
     throw RecordError("the restart record's checksum does not match its contents: the restart "
