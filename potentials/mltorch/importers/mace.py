@@ -29,12 +29,11 @@ torch, and `mltorch-import mace` runs there (mltorch.importers.main).
 """
 
 import os
-import warnings
 
 import torch
 from torch import Tensor, nn
 
-from .common import ImportFailed, sha256  # noqa: F401 (re-exported)
+from .common import ImportFailed, default_dtype, quiet, sha256  # noqa: F401 (re-exported)
 from typing import List, Optional
 
 
@@ -49,8 +48,7 @@ def load_mace(path, dtype):
     MACECalculator converts it."""
     if not os.path.isfile(path):
         raise ImportFailed(f"{path}: no such MACE model file")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with quiet():
         try:
             model = torch.load(path, weights_only=False, map_location="cpu")
         except Exception as e:
@@ -124,16 +122,12 @@ class MACEModel(nn.Module):
         MACE's own deployment does), in the model's dtype, so that
         torch.jit.script of this wrapper succeeds."""
         from e3nn.util import jit
-        dtype = next(p.dtype for p in self.parameters() if p.is_floating_point())
-        old = torch.get_default_dtype()
-        torch.set_default_dtype(dtype)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                jit.compile(self)
-        finally:
-            torch.set_default_dtype(old)
+        with quiet(), default_dtype(self._param_dtype()):
+            jit.compile(self)
         return self
+
+    def _param_dtype(self):
+        return next(p.dtype for p in self.parameters() if p.is_floating_point())
 
     def prepare_export(self):
         """For mltorch-compile: e3nn 0.4.4 (MACE's) runs TorchScript where
@@ -159,10 +153,7 @@ class MACEModel(nn.Module):
         python_sh = getattr(sh._spherical_harmonics, "_torchdynamo_inline", None)
         if python_sh is not None:
             sh._spherical_harmonics = python_sh
-        dtype = next(p.dtype for p in self.parameters() if p.is_floating_point())
-        old = torch.get_default_dtype()
-        torch.set_default_dtype(dtype)
-        try:
+        with default_dtype(self._param_dtype()):
             for name, mod in list(self.named_modules()):
                 if isinstance(mod, o3.Linear) and isinstance(getattr(mod, "_compiled_main", None),
                                                              torch.jit.ScriptModule):
@@ -179,8 +170,6 @@ class MACEModel(nn.Module):
                         mod.shared_weights, mod._specialized_code, mod._optimize_einsums)
                     _swap_codegen(mod, f"{name}._compiled_main_left_right",
                                   "_compiled_main_left_right", graphmod)
-        finally:
-            torch.set_default_dtype(old)
 
     # --- the pieces ----------------------------------------------------------
 
@@ -284,8 +273,7 @@ def reference(atoms, path, dtype="float64", head=None):
     import logging
     from mace.calculators import MACECalculator
     logging.disable(logging.WARNING)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with quiet():
         kwargs = {"head": head} if head is not None else {}
         calc = MACECalculator(model_paths=path, device="cpu", default_dtype=dtype, **kwargs)
         a = atoms.copy()

@@ -28,13 +28,12 @@ own ASE calculator (`reference()`):
 
 import os
 import tempfile
-import warnings
 from typing import Dict, List, Optional
 
 import torch
 from torch import Tensor, nn
 
-from .common import ImportFailed, sha256  # noqa: F401 (re-exported)
+from .common import ImportFailed, default_dtype, quiet, sha256  # noqa: F401 (re-exported)
 
 
 def model_dtype_of(path):
@@ -53,8 +52,7 @@ def load_nequip(path, dtype=None):
     from nequip.utils.global_state import set_global_state
     from nequip.model.saved_models.load_utils import load_saved_model
     set_global_state()    # nequip builds no model before it
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with quiet():
         if dtype is None:
             model = load_saved_model(path)
         else:
@@ -210,12 +208,8 @@ class NequIPModel(nn.Module):
         marks for tracing, e.g. e3nn.nn.Gate), so that torch.jit.script(wrapper) succeeds.
         Plain torch.jit.script fails on e3nn's Gate (NequIP), works for Allegro."""
         from e3nn.util.jit import script as e3nn_script
-        old = torch.get_default_dtype()
-        torch.set_default_dtype(self.model_dtype)
-        try:
+        with default_dtype(self.model_dtype):
             self.mods = nn.ModuleList([e3nn_script(m) for m in self.mods])
-        finally:
-            torch.set_default_dtype(old)
         return self
 
     # ---- helpers -----------------------------------------------------------
@@ -294,8 +288,7 @@ def reference(atoms, path, dtype=None):
     loaded as the importer loads it (in `dtype`, or the model's own)."""
     from nequip.integrations.ase import NequIPCalculator
     from nequip.integrations.utils import basic_transforms
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with quiet():
         m = load_nequip(path, dtype)
         types = list(m.type_names)
         calc = NequIPCalculator(model=m, device="cpu", transforms=basic_transforms(

@@ -29,14 +29,12 @@ What the wrapper changes, each checked against SevenNet's own model
   time.
 """
 
-import contextlib
 import os
-import warnings
 
 import torch
 from torch import Tensor, nn
 
-from .common import ImportFailed, sha256  # noqa: F401 (re-exported)
+from .common import ImportFailed, default_dtype, quiet, sha256  # noqa: F401 (re-exported)
 
 PRETRAINED = {
     "7net-0": "SevenNet_0__11Jul2024/checkpoint_sevennet_0.pth",
@@ -60,24 +58,6 @@ def checkpoint_path(name):
         return name
     raise ImportFailed(f"{name!r} is neither a shipped SevenNet model ({', '.join(PRETRAINED)}) "
                        "nor a checkpoint file")
-
-
-@contextlib.contextmanager
-def _default_dtype(dtype):
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(old)
-
-
-@contextlib.contextmanager
-def _quiet():
-    """SevenNet and e3nn warn on every build (deprecations, no accelerator)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
 
 
 def _fix_w3j(model, dtype):
@@ -118,13 +98,13 @@ def load_sevenn(checkpoint, dtype, modality=None):
     """SevenNet's own model (AtomGraphSequential) from `checkpoint` in `dtype`,
     with its config; `modality` selects a fidelity head of a multi-fidelity model."""
     from sevenn.util import load_checkpoint
-    with _quiet():
+    with quiet():
         cp = load_checkpoint(checkpoint_path(checkpoint))
         model = cp.build_model()      # float32, the checkpoint's parameters (patched by SevenNet)
         if dtype != torch.float32:
             from sevenn.model_build import build_E3_equivariant_model
             state = model.state_dict()
-            with _default_dtype(dtype):
+            with default_dtype(dtype):
                 model = build_E3_equivariant_model(cp.config)
             model.load_state_dict(state, strict=True)
     modal_map = getattr(model, "modal_map", None)
@@ -216,7 +196,7 @@ class SevenNetModel(nn.Module):
         torch.jit.script of this wrapper succeeds."""
         from e3nn.util.jit import script
         dtype = next(p.dtype for p in self.parameters() if p.is_floating_point())
-        with _quiet(), _default_dtype(dtype):
+        with quiet(), default_dtype(dtype):
             self.edge_embedding = script(self.edge_embedding)
             self.pre = nn.ModuleList([script(m) for m in self.pre])
             self.blocks = nn.ModuleList([nn.ModuleList([script(m) for m in b]) for b in self.blocks])
