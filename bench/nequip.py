@@ -150,20 +150,13 @@ def ours(ckpt, tmp):
 
 
 def run_once(lmp, style, model, load, cells, ranks, steps, tmp):
-    work = tempfile.mkdtemp(dir=tmp)
     newton = "off" if style == "nequip" else "on"
-    with open(os.path.join(work, "in.bench"), "w") as f:
-        f.write(INPUT.format(n=cells, style=style, model=model, load=load, steps=steps,
-                             newton=newton))
-    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), lmp, "-in",
-           "in.bench", "-log", "log.bench", "-screen", "none", "-nocite"]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    p = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=3600)
-    log = open(os.path.join(work, "log.bench")).read() if os.path.exists(
-        os.path.join(work, "log.bench")) else ""
+    rc, out, log, work = peer.run_input(
+        lmp, INPUT.format(n=cells, style=style, model=model, load=load, steps=steps, newton=newton),
+        ranks, tmp)
     loops = re.findall(r"Loop time of ([0-9.e+-]+) on \d+ procs for (\d+) steps", log)
-    if p.returncode != 0 or len(loops) < 2:
-        text = (p.stdout + p.stderr + log).strip().splitlines()
+    if rc != 0 or len(loops) < 2:
+        text = (out + log).strip().splitlines()
         errors = [line for line in text if line.startswith(("ERROR", "Exception"))
                   or "what()" in line]
         errors = list(dict.fromkeys(re.sub(r" \(\S+:\d+\)$", "", line)  # drop (file:line)

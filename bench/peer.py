@@ -7,6 +7,7 @@ bench/nequip.py (pair_nequip_allegro, from a checkout the user gives)."""
 import os
 import re
 import subprocess
+import tempfile
 import time
 
 import numpy as np
@@ -78,6 +79,21 @@ def build_plugin(out, build, sources, include, style, defines=()):
     os.replace(lib + ".tmp", lib)
     print(f"  built {lib} in {time.time() - t0:.0f} s", flush=True)
     return lib
+
+
+def run_input(lmp, text, ranks, tmp):
+    """LAMMPS input `text` on `ranks` ranks in a new folder under `tmp`, one
+    thread per rank: (exit code, stdout + stderr, the log's text, the folder)."""
+    work = tempfile.mkdtemp(dir=tmp)
+    with open(os.path.join(work, "in.bench"), "w") as f:
+        f.write(text)
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), lmp, "-in",
+           "in.bench", "-log", "log.bench", "-screen", "none", "-nocite"]
+    p = subprocess.run(cmd, cwd=work, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                       capture_output=True, text=True, timeout=3600)
+    path = os.path.join(work, "log.bench")
+    log = open(path).read() if os.path.exists(path) else ""
+    return p.returncode, p.stdout + p.stderr, log, work
 
 
 def results(work, log):

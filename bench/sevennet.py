@@ -82,17 +82,10 @@ def models(tmp):
 
 
 def run_once(lmp, style, model, load, cells, ranks, steps, tmp):
-    work = tempfile.mkdtemp(dir=tmp)
-    with open(os.path.join(work, "in.bench"), "w") as f:
-        f.write(INPUT.format(n=cells, style=style, model=model, load=load, steps=steps))
-    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), lmp, "-in",
-           "in.bench", "-log", "log.bench", "-screen", "none", "-nocite"]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    p = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=3600)
-    log = open(os.path.join(work, "log.bench")).read() if os.path.exists(
-        os.path.join(work, "log.bench")) else ""
-    if p.returncode != 0:
-        tail = (p.stdout + p.stderr + log).strip().splitlines()[-4:]
+    rc, out, log, work = peer.run_input(
+        lmp, INPUT.format(n=cells, style=style, model=model, load=load, steps=steps), ranks, tmp)
+    if rc != 0:
+        tail = (out + log).strip().splitlines()[-4:]
         return {"failed": " | ".join(tail)}
     return peer.results(work, log)
 
