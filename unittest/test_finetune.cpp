@@ -1057,16 +1057,6 @@ static std::size_t find_record(const std::string &file)
   return std::string::npos;
 }
 
-static std::string slurp(const std::string &path)
-{
-  std::FILE *f = std::fopen(path.c_str(), "rb");
-  std::string s;
-  char buf[65536];
-  for (std::size_t n; f && (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) s.append(buf, n);
-  if (f) std::fclose(f);
-  return s;
-}
-
 static void spill(const std::string &path, const std::string &bytes)
 {
   std::FILE *f = std::fopen(path.c_str(), "wb");
@@ -1085,7 +1075,7 @@ TEST_F(FinetuneErrors, DamagedAndOldRestartRecords)
   base(committee_files());
   l->cmds({fix, "run 3 post no", "write_restart " + file});
   const auto updates = l->fix()->updates();
-  const std::string good = slurp(file);
+  const std::string good = MLTorch::read_file(file);
   const std::size_t at = find_record(good);
   ASSERT_NE(at, std::string::npos);
   int64_t n;
