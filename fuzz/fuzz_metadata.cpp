@@ -6,7 +6,7 @@
    Built and run by tools/fuzz.sh.
 ------------------------------------------------------------------------- */
 
-#include "model.h"
+#include "mltorch/model.h"
 
 #include <cmath>
 #include <cstdint>

@@ -7,7 +7,7 @@
    Built and run by tools/fuzz.sh.
 ------------------------------------------------------------------------- */
 
-#include "restart_record.h"
+#include "mltorch/restart_record.h"
 
 #include <cstdint>
 #include <cstdlib>

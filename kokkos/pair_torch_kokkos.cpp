@@ -31,7 +31,7 @@
 #include "platform.h"
 #include "update.h"
 
-#include "model.h"
+#include "mltorch/model.h"
 
 #include <algorithm>
 #include <cmath>

@@ -18,7 +18,7 @@
 #include "pair_torch.h"
 #include "update.h"
 
-#include "committee.h"
+#include "mltorch/committee.h"
 
 #include <algorithm>
 #include <cmath>

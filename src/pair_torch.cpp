@@ -23,9 +23,9 @@
 #include "platform.h"
 #include "update.h"
 
-#include "committee.h"
-#include "halo.h"
-#include "model.h"
+#include "mltorch/committee.h"
+#include "mltorch/halo.h"
+#include "mltorch/model.h"
 
 #include <algorithm>
 #include <cmath>

@@ -16,7 +16,7 @@
 #include "write_restart.h"
 
 #include "mltorch_mpi.h"
-#include "model.h"
+#include "mltorch/model.h"
 
 #include <cstdio>
 #include <string>

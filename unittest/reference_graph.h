@@ -9,7 +9,7 @@
 #ifndef MLTORCH_TEST_REFERENCE_GRAPH_H
 #define MLTORCH_TEST_REFERENCE_GRAPH_H
 
-#include "model.h"
+#include "mltorch/model.h"
 
 #include <algorithm>
 #include <array>

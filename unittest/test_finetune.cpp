@@ -12,14 +12,14 @@
 ------------------------------------------------------------------------- */
 
 #include "atom.h"
-#include "fix_torch_finetune.h"
+#include "finetune_probe.h"
 #include "force.h"
 #include "input.h"
 #include "lammps.h"
 #include "library.h"
 #include "modify.h"
 
-#include "model.h"
+#include "mltorch/model.h"
 #include "pair.h"
 #include "pair_torch.h"
 #include "reference_graph.h"
@@ -38,7 +38,6 @@
 #include <string>
 #include <vector>
 
-using LAMMPS_NS::FixTorchFinetune;
 using LAMMPS_NS::LAMMPS;
 
 static const std::string potentials = ML_TORCH_POTENTIALS_DIR;
@@ -60,9 +59,9 @@ class Lammps : public LammpsSession {
       LammpsSession(comm, extra, verbose)
   {
   }
-  FixTorchFinetune *fix(const char *id = "ft")
+  LAMMPS_NS::FixTorchFinetuneProbe fix(const char *id = "ft")
   {
-    return dynamic_cast<FixTorchFinetune *>(lmp->modify->get_fix_by_id(id));
+    return LAMMPS_NS::FixTorchFinetuneProbe::of(lmp, id);
   }
   // the model's parameters and buffers (float64 models) as doubles
   std::vector<double> params()
@@ -1254,10 +1253,11 @@ TEST_F(FinetuneErrors, RestartStateTooLarge)
 {
   hot_student(*l, 3);
   l->cmds({"fix ft all torch/finetune 2 " + teacher() + " log 0 rollback 5", "run 4 post no"});
-  const auto saved = FixTorchFinetune::max_restart_bytes;
-  FixTorchFinetune::max_restart_bytes = 1000;
+  auto &limit = LAMMPS_NS::FixTorchFinetuneProbe::max_restart_bytes();
+  const auto saved = limit;
+  limit = 1000;
   const std::string what = error_of({"write_restart " + ::testing::TempDir() + "/too_large.restart"});
-  FixTorchFinetune::max_restart_bytes = saved;
+  limit = saved;
   EXPECT_NE(what.find("exceeds the 2 GB a LAMMPS restart file holds per fix; keep the model with the "
                       "'save' keyword instead of write_restart, or drop 'rollback' to halve the state"),
             std::string::npos)
@@ -1367,7 +1367,7 @@ static std::string partition_run(const std::vector<std::string> &between)
   lines.push_back("run 10 post no");
   const std::string msg = l.error_of(lines);
   if (!msg.empty()) return msg;
-  auto *fix = dynamic_cast<LAMMPS_NS::FixTorchFinetune *>(l.lmp->modify->fix[l.lmp->modify->find_fix("ft")]);
+  auto fix = LAMMPS_NS::FixTorchFinetuneProbe::of(l.lmp);
   return fix && fix->updates() == 4 ? "" : "wrong number of updates";
 }
 

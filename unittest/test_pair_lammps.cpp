@@ -12,7 +12,7 @@
 #include "pair.h"
 #include "library.h"
 
-#include "model.h"
+#include "mltorch/model.h"
 #include "reference_graph.h"
 
 #include "lammps_session.h"

@@ -1,11 +1,11 @@
 /* ----------------------------------------------------------------------
    The training record of fix torch/finetune's restart files
-   (src/core/restart_record.h), without LAMMPS: it reads back what it
+   (src/core/mltorch/restart_record.h), without LAMMPS: it reads back what it
    packs, reads the records of earlier versions, and refuses every damaged
    or truncated record with a RecordError instead of reading past it.
 ------------------------------------------------------------------------- */
 
-#include "restart_record.h"
+#include "mltorch/restart_record.h"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
    ML-TORCH: committee statistics and gating decisions (see committee.h)
 ------------------------------------------------------------------------- */
 
-#include "committee.h"
+#include "mltorch/committee.h"
 
 #include <cmath>
 

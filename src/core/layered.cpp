@@ -4,7 +4,7 @@
    as an autograd operator.
 ------------------------------------------------------------------------- */
 
-#include "layered.h"
+#include "mltorch/layered.h"
 
 #include <torch/torch.h>
 

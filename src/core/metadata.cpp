@@ -3,7 +3,7 @@
    here, so the parser can be fuzzed on its own (fuzz/fuzz_metadata.cpp).
 ------------------------------------------------------------------------- */
 
-#include "model.h"
+#include "mltorch/model.h"
 
 #include <nlohmann/json.hpp>
 

@@ -3,9 +3,9 @@
    LAMMPS-independent core: model loading, metadata, evaluation.
 ------------------------------------------------------------------------- */
 
-#include "model.h"
+#include "mltorch/model.h"
 
-#include "layered.h"
+#include "mltorch/layered.h"
 
 #include <caffe2/serialize/inline_container.h>
 #include <nlohmann/json.hpp>

@@ -15,9 +15,9 @@
    where "bytes" is an int64 length and that many bytes.
 ------------------------------------------------------------------------- */
 
-#include "restart_record.h"
+#include "mltorch/restart_record.h"
 
-#include "model.h"    // content_hash
+#include "mltorch/model.h"    // content_hash
 
 #include <algorithm>
 #include <cstring>

@@ -2,7 +2,7 @@
    ML-TORCH: the trained state of fix torch/finetune (see training.h)
 ------------------------------------------------------------------------- */
 
-#include "training.h"
+#include "mltorch/training.h"
 
 #include <algorithm>
 #include <cmath>
@@ -118,21 +118,6 @@ void TrainingState::load_optimizer_state(const std::string &bytes)
 {
   const auto parts = unpack_strings(bytes, size());
   for (std::size_t m = 0; m < trainers.size(); ++m) trainers[m]->load_state(parts[m]);
-}
-
-std::vector<int> replay_picks(long long events, int eligible, int mix)
-{
-  std::vector<int> picks;
-  const int n = std::min(mix, std::max(eligible, 0));
-  for (int j = 0; j < n; ++j) {
-    std::uint64_t z = static_cast<std::uint64_t>(events) * 0x9E3779B97F4A7C15ULL +
-        static_cast<std::uint64_t>(j + 1) * 0xBF58476D1CE4E5B9ULL;
-    z ^= z >> 31;
-    z *= 0x94D049BB133111EBULL;
-    z ^= z >> 29;
-    picks.push_back(static_cast<int>(z % static_cast<std::uint64_t>(eligible)));
-  }
-  return picks;
 }
 
 std::string pack_strings(const std::vector<std::string> &parts)

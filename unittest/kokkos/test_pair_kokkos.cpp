@@ -6,7 +6,7 @@
 
 #include "atom.h"
 #include "comm.h"
-#include "fix_torch_finetune.h"
+#include "../finetune_probe.h"
 #include "force.h"
 #include "input.h"
 #include "lammps.h"
@@ -14,7 +14,7 @@
 #include "modify.h"
 #include "pair.h"
 
-#include "model.h"
+#include "mltorch/model.h"
 
 #include "../lammps_session.h"
 #include "../mpi_test_main.h"
@@ -467,7 +467,7 @@ static std::vector<double> finetune_gradient(bool kokkos, const std::string &mod
           "fix ft all torch/finetune 1 teacher sw \"* * " + lammps_potentials +
               "/Si.sw Si\" weights 1.0 10.0 1.0 optimizer sgd lr 1e-12 log 0",
           "run 1 post no"});
-  auto *fix = dynamic_cast<LAMMPS_NS::FixTorchFinetune *>(l.lmp->modify->fix[l.lmp->modify->find_fix("ft")]);
+  auto fix = LAMMPS_NS::FixTorchFinetuneProbe::of(l.lmp);
   if (labels && fix) {
     // by atom ID over all ranks (the rank's local order may differ)
     const auto &tags = fix->label_tags();
@@ -534,7 +534,7 @@ static Snapshot finetune_run(bool kokkos)
   r.pe = l.thermo("pe");
   r.press = l.thermo("press");
   r.f = l.gather("f", 3);
-  auto *fix = dynamic_cast<LAMMPS_NS::FixTorchFinetune *>(l.lmp->modify->fix[l.lmp->modify->find_fix("ft")]);
+  auto fix = LAMMPS_NS::FixTorchFinetuneProbe::of(l.lmp);
   // the loss of the last update, and the number of updates
   r.virial = {fix ? fix->compute_vector(0) : -1.0, fix ? static_cast<double>(fix->updates()) : -1.0};
   return r;

@@ -8,7 +8,7 @@
 #ifndef MLTORCH_CORE_LAYERED_H
 #define MLTORCH_CORE_LAYERED_H
 
-#include "model.h"
+#include "mltorch/model.h"
 
 #include <torch/script.h>
 

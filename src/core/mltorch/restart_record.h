@@ -14,6 +14,8 @@
 #ifndef MLTORCH_CORE_RESTART_RECORD_H
 #define MLTORCH_CORE_RESTART_RECORD_H
 
+#include "mltorch/finetune.h"    // FinetuneCounters
+
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -28,14 +30,13 @@ class RecordError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-struct TrainingRecord {
+// the counters (FinetuneCounters), and what else the fix keeps
+struct TrainingRecord : FinetuneCounters {
   static constexpr int VERSION = 3;
   int version = VERSION;    // of the record read (1, 2 or 3)
   std::string model_hash;                   // the trained model file's hash
   std::vector<std::string> member_hashes;   // every member's (version 1: the model's)
-  // uncertainty-gated labelling counters (versions >= 2)
-  int64_t ncalls = 0, nknown = 0, nabove = 0, nempty = 0;
-  int64_t nupdates = 0, nskipped = 0, nrollbacks = 0, nconfigs = 0;
+  // (the uncertainty-gated labelling counters are in versions >= 2)
   double loss_ema = 0.0;
   std::vector<double> stats;    // the fix's output vector, a fixed length
   std::string parameters, optimizer, good_parameters, good_optimizer;

@@ -10,7 +10,7 @@
 #ifndef MLTORCH_CORE_TRAINING_H
 #define MLTORCH_CORE_TRAINING_H
 
-#include "model.h"
+#include "mltorch/model.h"
 
 #include <memory>
 #include <string>
@@ -68,11 +68,6 @@ class TrainingState {
   std::vector<std::unique_ptr<Trainer>> trainers;
   std::string good_params, good_optimizer;
 };
-
-// replay selection: which of the `eligible` stored configurations (indices
-// [0, eligible)) the update after `events` updates, skips and rollbacks mixes
-// in, at most `mix` of them (a splitmix64 hash: the same picks on every rank)
-std::vector<int> replay_picks(long long events, int eligible, int mix);
 
 // several byte strings in one (count and lengths first); one string is
 // stored as itself

@@ -8,7 +8,7 @@
 #ifndef MLTORCH_CORE_MODEL_H
 #define MLTORCH_CORE_MODEL_H
 
-#include "halo.h"
+#include "mltorch/halo.h"
 
 #include <cstdint>
 #include <memory>
