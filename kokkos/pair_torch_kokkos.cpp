@@ -404,7 +404,7 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::compute(int eflag_
     energy = model_->evaluate_into(in, d_edge_grad.data(), eflag_atom ? d_node_energy.data() : nullptr);
     if (committee_mean && members.size() > 1) energy = add_members_device(in, energy);
   } catch (std::exception &e) {
-    error->one(FLERR, "Pair style torch/kk on step {}: {}", update->ntimestep, e.what());
+    model_error(e);
   }
   halo_device_rows = false;
   time_model += platform::walltime() - t_model;
@@ -412,10 +412,8 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::compute(int eflag_
   double vsum[6] = {0, 0, 0, 0, 0, 0};
   const int64_t nonfinite = accumulate_device(vflag_global, vsum);
   if (nonfinite > 0 || !std::isfinite(energy))
-    error->one(FLERR,
-               "Pair style torch/kk: model {} returned a non-finite energy or force on step {} "
-               "({} non-finite edge gradient component(s) on rank {})",
-               model_file, update->ntimestep, nonfinite, comm->me);
+    nonfinite_error(fmt::format(" ({} non-finite edge gradient component(s) on rank {})",
+                                nonfinite, comm->me));
   if (eflag_global) eng_vdwl += energy;
   if (vflag_global)
     for (int k = 0; k < 6; ++k) virial[k] += vsum[k];

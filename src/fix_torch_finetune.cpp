@@ -9,15 +9,14 @@
 
 /* ----------------------------------------------------------------------
    fix torch/finetune: online fine-tuning of the pair_style torch model.
-   The LAMMPS side: arguments (fix_torch_finetune_settings.cpp), the hooks,
-   the stages of a labelling step with LAMMPS's communication, per-atom
-   data and restart records. The teacher (finetune_teacher.cpp) and the
-   agreement of replicas (finetune_replicas.cpp) are classes beside it; the
-   loss, the update policy, the replay buffer and the distributed update
-   are the core's (src/core, doc/architecture.md). DESIGN.md derives the
-   distributed gradient: partial forces of every rank's graph summed on the
-   owners by reverse communication, residual weights copied to the ghost
-   images by forward communication, one weighted backward pass per rank.
+   This file: the fix's LAMMPS hooks (construction, init, the start of a
+   run, post_force, restart records, per-atom data and communication).
+   Beside it: its arguments (fix_torch_finetune_settings.cpp), the stages
+   of a labelling step and the update (fix_torch_finetune_step.cpp), the
+   teacher (finetune_teacher.cpp) and the replicas' agreement
+   (finetune_replicas.cpp); the loss, the update policy, the replay buffer
+   and the distributed update are the core's (src/core;
+   doc/architecture.md).
 ------------------------------------------------------------------------- */
 
 #include "fix_torch_finetune.h"
@@ -60,8 +59,7 @@ using namespace FixConst;
 
 FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
     Fix(lmp, narg, arg), set(std::make_unique<MLTorch::FinetuneSettings>()), student(nullptr),
-    count(std::make_unique<MLTorch::FinetuneCounters>()),
-    round(std::make_unique<MLTorch::RoundStats>()), synced(false), pending(0), nmax(0),
+    synced(false), pending(0), nmax(0),
     fpart(nullptr), resid(nullptr), fref(nullptr), fmd(nullptr), resid_atom(nullptr),
     reverse_target(nullptr)
 {
@@ -75,9 +73,6 @@ FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
                arg[1]);
   parse_settings(lmp, narg, arg, *set);
   nevery = set->nevery;
-  policy = std::make_unique<MLTorch::UpdatePolicy>(set->max_force_error, set->rollback_factor);
-  replay = std::make_unique<MLTorch::ReplayBuffer>(set->replay_capacity,
-                                                   set->replay_mbytes * 1024.0 * 1024.0);
 
   // the student: the pair_style torch model the MD runs with
   student = dynamic_cast<PairTorch *>(force->pair_match("^torch", 0));
@@ -119,9 +114,7 @@ FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
   comm_forward = 3;
   comm_reverse = 3;
   maxexchange = 1;    // pack_exchange: the per-atom |F - F_ref|
-  for (double &v : vec) v = 0.0;
 }
-
 
 /* ---------------------------------------------------------------------- */
 
@@ -171,7 +164,7 @@ void FixTorchFinetune::setup_trainable()
                       "false) leave none trainable",
                model_path, model_->num_parameters());
   try {
-    training = std::make_unique<MLTorch::TrainingState>(members, set->opt);
+    trainer = std::make_unique<MLTorch::DistributedTrainer>(*set, members, world, universe->uworld);
   } catch (std::exception &e) {
     error->all(FLERR, "Fix torch/finetune: {}", e.what());
   }
@@ -256,17 +249,11 @@ void FixTorchFinetune::setup(int /*vflag*/)
 void FixTorchFinetune::setup_pre_force(int /*vflag*/)
 {
   // everything that decides when a universe-wide collective happens or what
-  // the optimizer does: the model, the settings, the counters and the phase
-  // of the training schedule (collectives of replicas must pair up)
-  std::string mask;
-  for (bool t : model_->trainable()) mask += t ? '1' : '0';
-  const std::string fingerprint = fmt::format(
-      "model {} trainable {} | {} | updates {} skipped {} rollbacks {} pending {} phase {} | run "
-      "{} steps from {} to {}",
-      MLTorchMPI::join_words(member_hashes), MLTorch::content_hash(mask), set->fingerprint(),
-      count->nupdates, count->nskipped, count->nrollbacks, pending, update->ntimestep % nevery,
-      update->nsteps, update->firststep, update->laststep);
-  replicas->check_consistent(fingerprint, !synced, *training, *policy);
+  // the optimizer does (collectives of replicas must pair up), and the run
+  const std::string fingerprint =
+      trainer->fingerprint(member_hashes, pending, update->ntimestep % nevery) +
+      fmt::format(" | run {} steps from {} to {}", update->nsteps, update->firststep, update->laststep);
+  replicas->check_consistent(fingerprint, !synced, trainer->state(), trainer->policy);
   synced = true;
 }
 
@@ -317,9 +304,9 @@ void FixTorchFinetune::post_force(int /*vflag*/)
       md_forces(in, fmd, student->md_output());
       before = fmd;
     }
-    const bigint before_events = count->nupdates + count->nrollbacks;
+    const bigint before_events = trainer->count.nupdates + trainer->count.nrollbacks;
     take_step();
-    if (count->nupdates + count->nrollbacks != before_events) refresh_forces(in, before);
+    if (trainer->count.nupdates + trainer->count.nrollbacks != before_events) refresh_forces(in, before);
   }
   student->host_forces_modified();
   time_update += platform::walltime() - t_start;
@@ -338,303 +325,18 @@ void FixTorchFinetune::reverse_comm_into(double **target)
   MLTorchCompat::reverse_comm(comm, this);
 }
 
-/* ----------------------------------------------------------------------
-   the MD model's forces on the owned atoms (ghost shares summed by reverse
-   comm) from its output on this graph, evaluated here if not given
-------------------------------------------------------------------------- */
-
-void FixTorchFinetune::md_forces(const MLTorch::GraphInput &in, double **dst,
-                                 const MLTorch::GraphOutput *given)
-{
-  const int nall = atom->nlocal + atom->nghost;
-  MLTorch::GraphOutput out;
-  if (!given) {
-    student->evaluate_md(in, out);
-    given = &out;
-  }
-  if (nall > 0) {
-    std::memset(&dst[0][0], 0, sizeof(double) * 3 * nall);
-    student->add_edge_forces(given->edge_grad.data(), &dst[0][0], 3);
-  }
-  reverse_comm_into(dst);
-}
-
-/* ----------------------------------------------------------------------
-   uncertainty gating: the committee's largest per-atom force deviation of
-   this replica's configuration decides (the same on all its ranks)
-------------------------------------------------------------------------- */
-
-bool FixTorchFinetune::gate_says_label()
-{
-  const auto &d = student->committee_deviation();
-  const int nlocal = atom->nlocal;
-  const int *type = atom->type;
-  double mx = 0.0, gmx = 0.0;
-  for (int i = 0; i < nlocal; ++i)
-    if (student->species_of_type(type[i]) >= 0)
-      mx = std::max(mx, std::isnan(d.atom[2 * i]) ? INFINITY : d.atom[2 * i]);
-  MPI_Allreduce(&mx, &gmx, 1, MPI_DOUBLE, MPI_MAX, world);
-  last_devi = gmx;
-  switch (MLTorch::gate(gmx, set->gate_low, set->gate_high)) {
-    case MLTorch::Gate::Known:
-      ++count->nknown;
-      return false;
-    case MLTorch::Gate::Skip:
-      ++count->nabove;
-      return false;
-    default:
-      return true;
-  }
-}
-
-/* ----------------------------------------------------------------------
-   after the parameters changed: replace the model's share of this step's
-   MD forces by the new model's, so the half-kicks use the model a fresh
-   force call (e.g. the set-up of the next run) would give; the trajectory
-   then does not depend on where runs or restarts split it
-------------------------------------------------------------------------- */
-
-void FixTorchFinetune::refresh_forces(const MLTorch::GraphInput &in, double **before)
-{
-  student->committee_changed();
-  md_forces(in, resid, nullptr);
-  double **f = atom->f;
-  const int nlocal = atom->nlocal;
-  for (int i = 0; i < nlocal; ++i)
-    for (int k = 0; k < 3; ++k) f[i][k] += resid[i][k] - before[i][k];
-}
-/* ----------------------------------------------------------------------
-   one labelled configuration: the current atoms
-------------------------------------------------------------------------- */
-
-void FixTorchFinetune::train_current(const MLTorch::GraphInput &in)
-{
-  const int nlocal = atom->nlocal;
-  const int nall = nlocal + atom->nghost;
-  const int *type = atom->type;
-  const auto &node2atom = student->graph_atoms();
-
-  // the labels, once for all members
-  double e_ref_part = 0.0, w_ref_part[6];
-  teacher->label(fref, e_ref_part, w_ref_part, [this] { reverse_comm_into(atom->f); });
-  ++count->ncalls;
-
-  // every member learns the labels (the last one treated is member 1, the
-  // MD model: fpart keeps its forces and the statistics are its own)
-  MLTorch::LossTerms terms{};
-  double se_f = 0.0, natoms = 0.0;
-  for (int m = static_cast<int>(members.size()) - 1; m >= 0; --m) {
-    MLTorch::Model &model = *members[m];
-    // stage 1: partial forces of this rank's graph
-    double e_part = 0.0, w_part[6];
-    auto &node_forces = node_buf;
-    replicas->agreed_call("", [&] { model.forward_train(in, e_part, node_forces, w_part); });
-
-    // full model forces on the owners: LAMMPS reverse communication
-    if (nall > 0) std::memset(&fpart[0][0], 0, sizeof(double) * 3 * nall);
-    for (int64_t n = 0; n < in.n_nodes; ++n) {
-      const int a = node2atom[n];
-      for (int k = 0; k < 3; ++k) fpart[a][k] += node_forces[3 * n + k];
-    }
-    reverse_comm_into(fpart);
-
-    // per-replica sums: energies, virials, covered atoms, squared force residual
-    double local[16] = {0.0};
-    local[0] = e_part;
-    local[1] = e_ref_part;
-    for (int k = 0; k < 6; ++k) {
-      local[2 + k] = w_part[k];
-      local[8 + k] = w_ref_part[k];
-    }
-    for (int i = 0; i < nlocal; ++i) {
-      if (student->species_of_type(type[i]) < 0) continue;
-      local[14] += 1.0;
-      for (int k = 0; k < 3; ++k) {
-        const double r = fpart[i][k] - fref[i][k];
-        local[15] += r * r;
-      }
-    }
-    double sum[16];
-    MPI_Allreduce(local, sum, 16, MPI_DOUBLE, MPI_SUM, world);
-    natoms = sum[14];
-    // the same sum on every rank of the replica, so all of them throw
-    if (natoms < 1.0)
-      throw StepFailure(fmt::format("Fix torch/finetune on step {}: no atom of a type the model "
-                                    "covers; nothing to train on", update->ntimestep));
-    const auto t = MLTorch::loss_terms(set->w_energy, set->w_force, set->w_stress, sum[0], sum[1], sum + 2, sum + 8,
-                              sum[15], natoms);
-
-    // stage 2: residual weights on owners, copied to ghost images by LAMMPS
-    // forward communication, then the weighted backward pass on every rank
-    for (int i = 0; i < nlocal; ++i) {
-      const bool covered = student->species_of_type(type[i]) >= 0;
-      for (int k = 0; k < 3; ++k) resid[i][k] = covered ? t.cf * (fpart[i][k] - fref[i][k]) : 0.0;
-    }
-    MLTorchCompat::forward_comm(comm, this);
-    auto &weights = weight_buf;
-    weights.resize(3 * in.n_nodes);
-    for (int64_t n = 0; n < in.n_nodes; ++n)
-      for (int k = 0; k < 3; ++k) weights[3 * n + k] = resid[node2atom[n]][k];
-    replicas->agreed_call("", [&] { model.backward_train(weights, t.ce, t.cw); });
-    if (m > 0) continue;
-
-    terms = t;
-    se_f = sum[15];
-    // the labels (tests and tools) and the per-atom residual of member 1
-    lab_energy = sum[1];
-    for (int k = 0; k < 6; ++k) lab_virial[k] = sum[8 + k];
-    lab_tags.assign(atom->tag, atom->tag + nlocal);
-    lab_forces.assign(&fref[0][0], &fref[0][0] + 3 * nlocal);
-    for (int i = 0; i < nlocal; ++i) {
-      double r2 = 0.0;
-      for (int k = 0; k < 3; ++k) r2 += (fpart[i][k] - fref[i][k]) * (fpart[i][k] - fref[i][k]);
-      resid_atom[i] = student->species_of_type(type[i]) >= 0 ? std::sqrt(r2) : 0.0;
-    }
-    if (set->replay_capacity > 0) store_replay(in, sum[1], sum + 8, natoms);
-  }
-
-  round->add(terms, se_f, natoms);
-  ++count->nconfigs;
-}
-
-
-/* ----------------------------------------------------------------------
-   keep this rank's piece of the configuration just trained on for replay
-   (MLTorch::ReplayBuffer): its graph, its labels, and the owner (rank,
-   node slot) of each ghost node, learnt by forward communication
-------------------------------------------------------------------------- */
-
-void FixTorchFinetune::store_replay(const MLTorch::GraphInput &in, double e_ref,
-                                    const double *w_ref, double natoms)
-{
-  const auto &node2atom = student->graph_atoms();
-  const int nall = atom->nlocal + atom->nghost;
-  auto piece = replay->spare();
-  piece->set_graph(in);
-  piece->e_ref = e_ref;
-  std::copy(w_ref, w_ref + 6, piece->w_ref);
-  piece->natoms = natoms;
-  for (int64_t n = 0; n < in.n_local; ++n)
-    for (int k = 0; k < 3; ++k) piece->fref[3 * n + k] = fref[node2atom[n]][k];
-
-  // (owner rank, slot) of every atom, copied to its ghost images
-  for (int i = 0; i < nall; ++i) resid[i][0] = resid[i][1] = resid[i][2] = -1.0;
-  for (int64_t n = 0; n < in.n_local; ++n) {
-    resid[node2atom[n]][0] = comm->me;
-    resid[node2atom[n]][1] = static_cast<double>(n);
-  }
-  MLTorchCompat::forward_comm(comm, this);
-  std::vector<int> owner_rank, owner_slot;
-  for (int64_t n = in.n_local; n < in.n_nodes; ++n) {
-    owner_rank.push_back(static_cast<int>(resid[node2atom[n]][0]));
-    owner_slot.push_back(static_cast<int>(resid[node2atom[n]][1]));
-  }
-  const std::string failure = piece->group_ghosts(owner_rank, owner_slot, comm->nprocs);
-  replicas->fail_if(failure.empty() ? failure : "Fix torch/finetune: " + failure);
-  piece->plan_exchange(world);
-  if (!replay->store(std::move(piece), world)) {
-    if (!replay_warned && comm->me == 0)
-      error->warning(FLERR, "Fix torch/finetune: one configuration needs more than the replay "
-                            "memory bound of {} MB on a rank; the replay buffer stays empty "
-                            "(raise replay_memory)", set->replay_mbytes);
-    replay_warned = true;
-  }
-}
-
-/* ----------------------------------------------------------------------
-   one optimizer step on the gradient averaged over all configurations of
-   all replicas (MLTorch::update); every decision depends only on reduced
-   values, so every rank of every replica takes the same branch
-------------------------------------------------------------------------- */
-
-void FixTorchFinetune::take_step()
-{
-  // uncertainty gating: replicas label independently. Where no replica
-  // labelled anything there is no update (nor replay): every rank of every
-  // replica learns that from one reduced count
-  if (set->gated) {
-    const double mine = (comm->me == 0) ? round->n : 0.0;
-    double all = 0.0;
-    MPI_Allreduce(&mine, &all, 1, MPI_DOUBLE, MPI_SUM, universe->uworld);
-    if (all == 0.0) {
-      ++count->nempty;
-      if (set->log_every > 0 && (count->nempty - 1) % set->log_every == 0 && comm->me == 0)
-        utils::logmesg(lmp, "fix torch/finetune: step {} no update: no replica labelled a "
-                            "configuration since the last update ({} such updates so far)\n",
-                       update->ntimestep, count->nempty);
-      clear_round();
-      training->zero_grad();
-      return;
-    }
-  }
-  // replayed configurations join the gradient: deterministic picks among
-  // those stored before this round, the same on every rank of the replica
-  const int eligible = replay->size() - replay->fresh();
-  std::string failure;
-  for (int k : MLTorch::replay_picks(count->events(), eligible, set->replay_mix)) {
-    for (auto &member : members)
-      if (failure.empty())
-        failure = MLTorch::replay_gradient((*replay)[k], *member, *set, student->halo_exchange(), world);
-    round->ngrad += 1.0;
-  }
-  replicas->agree(failure.empty() ? failure
-                                 : fmt::format("Fix torch/finetune on step {}: {}", update->ntimestep, failure));
-
-  const auto out = MLTorch::update(*training, *policy, *count, *set, *round, comm->me == 0,
-                                   universe->uworld, last_grad);
-  time_reduce += out.t_reduce;
-  // every rank of every replica took this branch (decided on reduced values)
-  if (!out.failure.empty()) error->all(FLERR, "Fix torch/finetune: {}", out.failure);
-
-  const double stats[] = {out.all.mean_loss(), out.all.energy_rmse(), out.all.force_rmse(),
-                          out.all.virial_rmse(), out.gnorm, out.lr,
-                          static_cast<double>(count->nupdates), static_cast<double>(count->nskipped),
-                          static_cast<double>(count->nrollbacks), out.all.ngrad,
-                          static_cast<double>(replay->size())};
-  std::copy(std::begin(stats), std::end(stats), vec);
-  const bigint nevents = count->events();
-  if (set->log_every > 0 && (nevents % set->log_every == 0 || nevents == 1 || !out.finite) &&
-      comm->me == 0)
-    utils::logmesg(lmp,
-                   "fix torch/finetune: step {} {} {} loss {:.6g} E_rmse {:.6g} F_rmse {:.6g} "
-                   "W_rmse {:.6g} |grad| {:.6g} lr {:.6g} configs {} replayed {}{}\n",
-                   update->ntimestep, MLTorch::describe(out.action), count->nupdates, vec[0],
-                   vec[1], vec[2], vec[3], out.gnorm, out.lr, static_cast<bigint>(out.all.n),
-                   static_cast<bigint>(out.all.ngrad - out.all.n),
-                   set->gated ? fmt::format(" | this replica: teacher calls {}, saved {}, above "
-                                            "the window {}, empty updates {}",
-                                            count->ncalls, count->nknown, count->nabove, count->nempty)
-                              : std::string());
-  clear_round();
-  if (set->check_every > 0 && nevents % set->check_every == 0) replicas->checksum_guard(*training, count->nupdates);
-  if (set->save_every > 0 && !set->save_file.empty() && count->nupdates > 0 &&
-      nevents % set->save_every == 0)
-    save_model(set->save_file);
-}
-
-/* ----------------------------------------------------------------------
-   the end of an update round: nothing accumulated, nothing fresh stored
-------------------------------------------------------------------------- */
-
-void FixTorchFinetune::clear_round()
-{
-  *round = MLTorch::RoundStats();
-  pending = 0;
-  replay->new_round();
-}
-
 /* ---------------------------------------------------------------------- */
 
 void FixTorchFinetune::post_run()
 {
-  if (!set->save_file.empty() && count->nupdates > 0) save_model(set->save_file);
+  if (!set->save_file.empty() && trainer->count.nupdates > 0) save_model(set->save_file);
 }
 
 void FixTorchFinetune::save_model(const std::string &path)
 {
   std::vector<std::string> parents;
   for (int m = 0; m < static_cast<int>(members.size()); ++m) parents.push_back(student->member_path(m));
-  replicas->save(path, members, parents, member_hashes, set->teacher_style, count->nupdates,
+  replicas->save(path, members, parents, member_hashes, set->teacher_style, trainer->count.nupdates,
                  set->log_every > 0);
 }
 
@@ -643,12 +345,12 @@ void FixTorchFinetune::save_model(const std::string &path)
 double FixTorchFinetune::compute_vector(int i)
 {
   if (i == 11) return time_update;
-  if (i == 12) return time_reduce;
-  if (i == 13) return static_cast<double>(count->ncalls);
-  if (i == 14) return static_cast<double>(count->nknown);
-  if (i == 15) return static_cast<double>(count->nabove);
+  if (i == 12) return trainer->time_reduce;
+  if (i == 13) return static_cast<double>(trainer->count.ncalls);
+  if (i == 14) return static_cast<double>(trainer->count.nknown);
+  if (i == 15) return static_cast<double>(trainer->count.nabove);
   if (i == 16) return last_devi;
-  return vec[i];
+  return trainer->stats[i];
 }
 
 /* ----------------------------------------------------------------------
@@ -667,19 +369,7 @@ void FixTorchFinetune::write_restart(FILE *fp)
   // every rank holds the same state: rank 0 alone packs it (the other ranks
   // learn its size, so that all of them stop together on a state too large)
   std::string out;
-  if (comm->me == 0) {
-    MLTorch::TrainingRecord record;
-    record.model_hash = model_hash;
-    record.member_hashes = member_hashes;
-    static_cast<MLTorch::FinetuneCounters &>(record) = *count;
-    record.loss_ema = policy->loss_average();
-    record.stats.assign(std::begin(vec), std::end(vec));
-    record.parameters = training->parameters();
-    record.optimizer = training->optimizer_state();
-    record.good_parameters = training->good_parameters();
-    record.good_optimizer = training->good_optimizer_state();
-    out = MLTorch::pack_record(record);
-  }
+  if (comm->me == 0) out = MLTorch::pack_record(trainer->record(model_hash, member_hashes));
   bigint size = static_cast<bigint>(out.size());
   MPI_Bcast(&size, 1, MPI_LMP_BIGINT, 0, world);
   // a fix's global restart record has an int size: parameters, two Adam
@@ -689,8 +379,8 @@ void FixTorchFinetune::write_restart(FILE *fp)
                "Fix torch/finetune: its restart state ({:.2f} GB: parameters, optimizer state{}) "
                "exceeds the 2 GB a LAMMPS restart file holds per fix; keep the model with the "
                "'save' keyword instead of write_restart{}",
-               size / 1e9, training->has_good() ? " and rollback copies" : "",
-               training->has_good() ? ", or drop 'rollback' to halve the state" : "");
+               size / 1e9, trainer->state().has_good() ? " and rollback copies" : "",
+               trainer->state().has_good() ? ", or drop 'rollback' to halve the state" : "");
   if (comm->me != 0) return;
   const int n = static_cast<int>(out.size());
   fwrite(&n, sizeof(int), 1, fp);
@@ -703,35 +393,20 @@ void FixTorchFinetune::restart(char *buf)
   MLTorch::TrainingRecord r;
   try {
     r = MLTorch::unpack_record(buf, MLTorch::record_size(buf, max_restart_bytes),
-                              static_cast<int>(std::size(vec)));
+                              MLTorch::DistributedTrainer::NSTATS);
   } catch (MLTorch::RecordError &e) {
     error->all(FLERR, "Fix torch/finetune: cannot read its restart record: {}", e.what());
   }
-  if (r.model_hash != model_hash)
-    error->all(FLERR,
-               "Fix torch/finetune: the restart file was written while training a model with file "
-               "hash {}, but pair_coeff loaded {} (hash {}); load the same model file that the "
-               "run which wrote the restart file started from",
-               r.model_hash, model_path, model_hash);
-  if (r.member_hashes != member_hashes)
-    error->all(FLERR,
-               "Fix torch/finetune: the restart file was written while training a committee of {} "
-               "model(s) ({}), but pair_coeff loaded {} ({}); load the same model files",
-               r.member_hashes.size(), MLTorchMPI::join_words(r.member_hashes),
-               member_hashes.size(), MLTorchMPI::join_words(member_hashes));
-  *count = r;
-  policy->set_loss_average(r.loss_ema);
-  std::copy(r.stats.begin(), r.stats.end(), vec);
+  const std::string mismatch = MLTorch::record_mismatch(r, model_path, model_hash, member_hashes);
+  if (!mismatch.empty()) error->all(FLERR, "Fix torch/finetune: {}", mismatch);
   try {
-    training->load_parameters(r.parameters);
-    training->load_optimizer_state(r.optimizer);
-    training->load_good(r.good_parameters, r.good_optimizer);
+    trainer->restore(r);
   } catch (std::exception &e) {
     error->all(FLERR, "Fix torch/finetune: cannot restore the training state: {}", e.what());
   }
   if (comm->me == 0) {
     utils::logmesg(lmp, "fix torch/finetune: restored parameters and optimizer state after {} "
-                        "updates\n", count->nupdates);
+                        "updates\n", trainer->count.nupdates);
     if (set->replay_capacity > 0)
       error->warning(FLERR, "Fix torch/finetune: the replay buffer is not kept in restart files; "
                             "it starts empty");
@@ -771,9 +446,7 @@ void FixTorchFinetune::unpack_reverse_comm(int n, int *list, double *buf)
 
 double FixTorchFinetune::memory_usage()
 {
-  double bytes = 4.0 * 3.0 * nmax * sizeof(double);
-  bytes += replay->bytes();
-  bytes += (double) (training->good_parameters().size() + training->good_optimizer_state().size());
+  double bytes = 4.0 * 3.0 * nmax * sizeof(double) + trainer->bytes();
   bytes += (double) atom->nmax * sizeof(double);
   return bytes;
 }

@@ -27,13 +27,8 @@ namespace MLTorch {
 struct GraphInput;
 struct GraphOutput;
 class Model;
-class TrainingState;
-class ReplayBuffer;
-struct ReplayPiece;
+class DistributedTrainer;
 struct FinetuneSettings;
-struct FinetuneCounters;
-struct RoundStats;
-class UpdatePolicy;
 }    // namespace MLTorch
 
 namespace LAMMPS_NS {
@@ -82,23 +77,16 @@ class FixTorchFinetune : public Fix {
   std::vector<std::shared_ptr<MLTorch::Model>> members;
   std::string model_path, model_hash;
   std::vector<std::string> member_hashes;
-  // the LAMMPS-free core: an optimizer per member and the rollback copies;
-  // the update policy; counters; the round's statistics; the replay buffer
-  std::unique_ptr<MLTorch::TrainingState> training;
-  std::unique_ptr<MLTorch::UpdatePolicy> policy;
-  std::unique_ptr<MLTorch::FinetuneCounters> count;
-  std::unique_ptr<MLTorch::RoundStats> round;
-  std::unique_ptr<MLTorch::ReplayBuffer> replay;
+  // the training state and its update (the core's MPI library)
+  std::unique_ptr<MLTorch::DistributedTrainer> trainer;
   std::unique_ptr<class FinetuneTeacher> teacher;
   std::unique_ptr<class FinetuneReplicas> replicas;
   bool synced;
   int pending;    // configurations accumulated since the last update
   double last_devi = 0.0;
-  double vec[11];    // thermo vector of the last update
-  // wall seconds of this rank in labelling + training + updates, and in the
-  // cross-replica gradient reduction (output vector elements 12 and 13)
-  double time_update = 0.0, time_reduce = 0.0;
-  std::vector<double> last_grad;    // the replica-averaged gradient of the last update
+  // wall seconds of this rank in labelling + training + updates (output
+  // vector element 12; 13 is the trainer's time in the gradient reduction)
+  double time_update = 0.0;
   bool replay_warned = false;
   // the largest restart record LAMMPS stores for a fix (an int byte count);
   // a test lowers it to reach the error without a 2 GB model
@@ -124,7 +112,6 @@ class FixTorchFinetune : public Fix {
   void store_replay(const MLTorch::GraphInput &in, double e_ref, const double *w_ref,
                     double natoms);
   void take_step();
-  void clear_round();
   void refresh_forces(const MLTorch::GraphInput &in, double **before);
   void md_forces(const MLTorch::GraphInput &in, double **dst, const MLTorch::GraphOutput *given);
   void reverse_comm_into(double **target);

@@ -100,6 +100,15 @@ PairTorch::~PairTorch()
   map = nullptr;
 }
 
+/* ----------------------------------------------------------------------
+   the exchange handed to the model: this style's, when it uses one
+------------------------------------------------------------------------- */
+
+MLTorch::HaloExchange *PairTorch::halo_exchanger() const
+{
+  return use_exchange ? halo.get() : nullptr;
+}
+
 /* ---------------------------------------------------------------------- */
 
 void PairTorch::allocate()
@@ -455,121 +464,6 @@ double PairTorch::init_one(int i, int j)
   return cutoff;
 }
 
-/* ----------------------------------------------------------------------
-   graph from the neighbor list: nodes [0, ncounted) are the local atoms of
-   this style (their energies count), then ghost-list centres, then any
-   other neighbor; edges are all pairs closer than the model cutoff
-------------------------------------------------------------------------- */
-
-void PairTorch::build_graph()
-{
-  // x is one contiguous block: x0[3 * j] saves the row pointer load per pair
-  const double *x0 = atom->x[0];
-  const int *type = atom->type;
-  const int nall = atom->nlocal + atom->nghost;
-  const int inum = list->inum;
-  const int ncentre = inum + (ghostneigh ? list->gnum : 0);
-  const int *ilist = list->ilist;
-  const int *numneigh = list->numneigh;
-  int **firstneigh = list->firstneigh;
-  const double cutsq_model = cutoff * cutoff;
-  // with NULL types (pair_style hybrid) their atoms are no neighbours
-  bool all_typed = true;
-  for (int t = 1; t <= atom->ntypes; ++t) all_typed = all_typed && type2species[t] >= 0;
-
-  atom2node.assign(nall, -1);
-  node2atom.clear();
-  species.clear();
-  auto node_of = [&](int a) {
-    if (atom2node[a] < 0) {
-      atom2node[a] = static_cast<int>(node2atom.size());
-      node2atom.push_back(a);
-      species.push_back(type2species[type[a]]);
-    }
-    return atom2node[a];
-  };
-  // centres: the local atoms, then the ghost centres that can reach a local energy
-  const GhostReach reach = ghost_reach();
-  centres.clear();
-  for (int ii = 0; ii < ncentre; ii++)
-    if (ii < inum || reach.needed(atom->x[ilist[ii]])) {
-      centres.push_back(ilist[ii]);
-      node_of(ilist[ii]);
-    }
-  ncounted = inum;
-
-  edge_vec.clear();
-  edge_index.clear();    // centres first; neighbours gathered in edge_nbr
-  edge_nbr.clear();
-  for (const int i : centres) {
-    const int64_t ni = atom2node[i];
-    const double xi = x0[3 * i], yi = x0[3 * i + 1], zi = x0[3 * i + 2];
-    const int *jlist = firstneigh[i];
-    const int jnum = numneigh[i];
-    for (int jj = 0; jj < jnum; jj++) {
-      const int j = jlist[jj] & NEIGHMASK;
-      if (!all_typed && type2species[type[j]] < 0) continue;
-      const double dx = x0[3 * j] - xi, dy = x0[3 * j + 1] - yi, dz = x0[3 * j + 2] - zi;
-      if (dx * dx + dy * dy + dz * dz >= cutsq_model) continue;
-      edge_vec.insert(edge_vec.end(), {dx, dy, dz});
-      edge_index.push_back(ni);
-      edge_nbr.push_back(node_of(j));
-    }
-  }
-  edge_index.insert(edge_index.end(), edge_nbr.begin(), edge_nbr.end());
-  graph_size[0] = static_cast<double>(node2atom.size());
-  graph_size[1] = static_cast<double>(edge_nbr.size());
-}
-
-/* ----------------------------------------------------------------------
-   which ghost centres can feed a local energy: with L message-passing
-   layers information travels at most L edges (each shorter than the
-   cutoff), so edges centred on a ghost atom farther than (L-1) cutoffs from
-   every local atom never reach a local energy, and are not built. Local
-   atoms stay within skin/2 of this subdomain between neighbor list builds,
-   so "farther than (L-1) rc + skin from the subdomain box" is safe.
-   Triclinic boxes keep every ghost centre (the box is not orthogonal).
-------------------------------------------------------------------------- */
-
-PairTorch::GhostReach PairTorch::ghost_reach() const
-{
-  GhostReach r;
-  r.prune = ghostneigh && nlayers > 1 && !domain->triclinic;
-  const double reach = (nlayers - 1) * cutoff + neighbor->skin;
-  r.reach_sq = reach * reach;
-  for (int d = 0; d < 3; ++d) {
-    r.lo[d] = domain->sublo[d];
-    r.hi[d] = domain->subhi[d];
-  }
-  return r;
-}
-
-/* ---------------------------------------------------------------------- */
-
-void PairTorch::graph_input(MLTorch::GraphInput &in) const
-{
-  in.n_nodes = static_cast<int64_t>(node2atom.size());
-  in.n_local = ncounted;
-  in.n_edges = static_cast<int64_t>(edge_nbr.size());
-  in.edge_vectors = edge_vec.data();
-  in.edge_index = edge_index.data();
-  in.species = species.data();
-  in.halo = halo_exchanger();
-}
-
-MLTorch::HaloExchange *PairTorch::halo_exchanger() const
-{
-  return use_exchange ? halo.get() : nullptr;
-}
-
-/* ---------------------------------------------------------------------- */
-
-void PairTorch::training_graph(MLTorch::GraphInput &in)
-{
-  build_graph();
-  graph_input(in);
-}
-
 /* ---------------------------------------------------------------------- */
 
 void PairTorch::compute(int eflag, int vflag)
@@ -636,185 +530,7 @@ void PairTorch::compute(int eflag, int vflag)
   time_pair += platform::walltime() - t_start;
 }
 
-/* ----------------------------------------------------------------------
-   the MD forces: member 0, or the mean of the committee (whose members'
-   outputs are then kept for the deviation of this step)
-------------------------------------------------------------------------- */
-
-void PairTorch::evaluate_md(const MLTorch::GraphInput &in, MLTorch::GraphOutput &out)
-{
-  const int nm = static_cast<int>(members.size());
-  try {
-    if (!committee_mean || nm == 1) {
-      // node energies always come back (O(N) copy): they locate non-finite output
-      model_->evaluate(in, out, true);
-      return;
-    }
-    member_out.resize(nm);
-    for (int m = 0; m < nm; ++m) members[m]->evaluate(in, member_out[m], true);
-  } catch (std::exception &e) {
-    error->one(FLERR, "Pair style torch on step {}: {}", update->ntimestep, e.what());
-  }
-  const double w = 1.0 / nm;
-  out.energy = 0.0;
-  out.edge_grad.assign(member_out[0].edge_grad.size(), 0.0);
-  out.node_energy.assign(member_out[0].node_energy.size(), 0.0);
-  for (int m = 0; m < nm; ++m) {
-    out.energy += w * member_out[m].energy;
-    for (std::size_t k = 0; k < out.edge_grad.size(); ++k)
-      out.edge_grad[k] += w * member_out[m].edge_grad[k];
-    for (std::size_t k = 0; k < out.node_energy.size(); ++k)
-      out.node_energy[k] += w * member_out[m].node_energy[k];
-  }
-}
-
-/* ----------------------------------------------------------------------
-   committee deviation of the current configuration, as DeePMD-kit defines
-   its model deviation: for each owned atom i, over the M members m,
-     devi_f(i) = sqrt( 1/M sum_m |F_m(i) - <F(i)>|^2 )
-     devi_e(i) = sqrt( 1/M sum_m (e_m(i) - <e(i)>)^2 )
-   with <.> the committee mean and e the atomic energies. Each member's
-   forces on owned atoms include the ghost images' share (reverse comm).
-------------------------------------------------------------------------- */
-
-const PairTorch::Deviation &PairTorch::committee_deviation()
-{
-  if (stamp_deviation == ncompute && ncompute > 0) return deviation;
-  const int nm = static_cast<int>(members.size());
-  const int nlocal = atom->nlocal;
-  const int nall = nlocal + atom->nghost;
-  // the graph of the current neighbor list and positions (the same as the
-  // last force call's, unless atoms moved since)
-  MLTorch::GraphInput in;
-  deviation_graph(in);
-  if (stamp_members != ncompute || ncompute == 0) {
-    member_out.resize(nm);
-    try {
-      for (int m = 0; m < nm; ++m)
-        if (m == 0 && !committee_mean && stamp_output == ncompute && ncompute > 0)
-          member_out[0] = *output;    // this force call's member-0 output
-        else
-          members[m]->evaluate(in, member_out[m], true);
-    } catch (std::exception &e) {
-      error->one(FLERR, "Pair style torch (committee deviation) on step {}: {}",
-                 update->ntimestep, e.what());
-    }
-    stamp_members = ncompute;
-  }
-  const int width = 3 * nm;
-  member_force.assign(static_cast<std::size_t>(nall) * width, 0.0);
-  for (int m = 0; m < nm; ++m)
-    add_edge_forces(member_out[m].edge_grad.data(), member_force.data() + 3 * m, width);
-  if (nm > 1) comm->reverse_comm(this);
-
-  deviation.atom.assign(2 * static_cast<std::size_t>(nlocal), 0.0);
-  deviation.force_mean.assign(nlocal, 0.0);
-  std::vector<double> e_atom(nm);
-  for (int n = 0; n < ncounted; ++n) {
-    const int i = node2atom[n];
-    const double *fi = &member_force[static_cast<std::size_t>(i) * width];
-    for (int m = 0; m < nm; ++m) e_atom[m] = member_out[m].node_energy[n];
-    MLTorch::committee_atom_deviation(nm, fi, e_atom.data(), &deviation.atom[2 * i]);
-    double mean[3] = {0.0, 0.0, 0.0};
-    for (int m = 0; m < nm; ++m)
-      for (int k = 0; k < 3; ++k) mean[k] += fi[3 * m + k] / nm;
-    deviation.force_mean[i] = std::sqrt(mean[0] * mean[0] + mean[1] * mean[1] + mean[2] * mean[2]);
-  }
-  // every member's energy and full virial tensor on this rank, then summed
-  std::vector<double> energy(10 * nm + 1, 0.0), sum(10 * nm + 1, 0.0);
-  for (int m = 0; m < nm; ++m) {
-    energy[m] = member_out[m].energy;
-    const double *g = member_out[m].edge_grad.data();
-    double *w = &energy[nm + 1 + 9 * m];
-    for (int64_t e = 0; e < in.n_edges; ++e)
-      for (int a = 0; a < 3; ++a)
-        for (int b = 0; b < 3; ++b) w[3 * a + b] -= in.edge_vectors[3 * e + a] * g[3 * e + b];
-  }
-  energy[nm] = ncounted;
-  MPI_Allreduce(energy.data(), sum.data(), 10 * nm + 1, MPI_DOUBLE, MPI_SUM, world);
-  deviation.member_energy.assign(sum.begin(), sum.begin() + nm);
-  deviation.natoms = sum[nm];
-  deviation.member_virial.assign(sum.begin() + nm + 1, sum.end());
-  stamp_deviation = ncompute;
-  return deviation;
-}
-
 /* ---------------------------------------------------------------------- */
-
-void PairTorch::add_edge_forces(const double *edge_grad, double *dst, int stride) const
-{
-  const std::size_t nedges = edge_nbr.size();
-  for (std::size_t e = 0; e < nedges; ++e) {
-    double *fi = dst + static_cast<std::size_t>(node2atom[edge_index[e]]) * stride;
-    double *fj = dst + static_cast<std::size_t>(node2atom[edge_nbr[e]]) * stride;
-    for (int k = 0; k < 3; ++k) {
-      fi[k] += edge_grad[3 * e + k];
-      fj[k] -= edge_grad[3 * e + k];
-    }
-  }
-}
-
-/* ---------------------------------------------------------------------- */
-
-/* ----------------------------------------------------------------------
-   the halo exchange on the current graph (nodes [0, ncounted) are the
-   owned atoms): owners' rows to their ghost copies, periodic images on
-   this rank included, by LAMMPS's forward communication; the adjoint sums
-   every ghost copy's row into its owner by reverse communication
-------------------------------------------------------------------------- */
-
-void PairTorch::halo_forward(const double *owned, double *all, int width)
-{
-  const int nall = atom->nlocal + atom->nghost;
-  const std::size_t w = width;
-  halo_buf.assign(static_cast<std::size_t>(nall) * w, 0.0);
-  for (int n = 0; n < ncounted; ++n)
-    std::memcpy(halo_buf.data() + node2atom[n] * w, owned + n * w, sizeof(double) * w);
-  commflag = COMM_FEATURES;
-  comm_width = width;
-  MLTorchCompat::forward_comm(comm, this, width);
-  commflag = COMM_MEMBER_FORCES;
-  const std::size_t nnodes = node2atom.size();
-  for (std::size_t n = 0; n < nnodes; ++n)
-    std::memcpy(all + n * w, halo_buf.data() + node2atom[n] * w, sizeof(double) * w);
-}
-
-void PairTorch::halo_reverse(const double *all, double *owned, int width)
-{
-  const int nall = atom->nlocal + atom->nghost;
-  const std::size_t w = width;
-  halo_buf.assign(static_cast<std::size_t>(nall) * w, 0.0);
-  const std::size_t nnodes = node2atom.size();
-  for (std::size_t n = 0; n < nnodes; ++n)
-    std::memcpy(halo_buf.data() + node2atom[n] * w, all + n * w, sizeof(double) * w);
-  commflag = COMM_FEATURES;
-  comm_width = width;
-  MLTorchCompat::reverse_comm(comm, this, width);
-  commflag = COMM_MEMBER_FORCES;
-  for (int n = 0; n < ncounted; ++n)
-    std::memcpy(owned + n * w, halo_buf.data() + node2atom[n] * w, sizeof(double) * w);
-}
-
-/* ----------------------------------------------------------------------
-   first force call of a run with a message-passing model: the ghost atoms
-   per rank (thick ghosts grow with the layer count, the exchange does not)
-------------------------------------------------------------------------- */
-
-void PairTorch::log_ghost_counts(double nnodes)
-{
-  log_ghosts = false;
-  const double mine[3] = {static_cast<double>(atom->nghost), nnodes, static_cast<double>(atom->nlocal)};
-  double lo[3], hi[3], sum[3];
-  MPI_Allreduce(mine, lo, 3, MPI_DOUBLE, MPI_MIN, world);
-  MPI_Allreduce(mine, hi, 3, MPI_DOUBLE, MPI_MAX, world);
-  MPI_Allreduce(mine, sum, 3, MPI_DOUBLE, MPI_SUM, world);
-  if (comm->me == 0)
-    utils::logmesg(lmp,
-                   "pair_style torch: {}: ghost atoms per rank {:.0f} to {:.0f} (mean {:.1f}), "
-                   "graph nodes per rank {:.0f} to {:.0f} for {:.0f} owned atoms\n",
-                   use_exchange ? "halo exchange" : "thick ghosts", lo[0], hi[0],
-                   sum[0] / comm->nprocs, lo[1], hi[1], sum[2]);
-}
 
 /* ---------------------------------------------------------------------- */
 
@@ -910,11 +626,18 @@ void PairTorch::check_finite()
       const tagint id = atom->tag[node2atom[edge_index[e]]];
       if (std::find(bad.begin(), bad.end(), id) == bad.end()) bad.push_back(id);
     }
-  error->one(FLERR,
-             "Pair style torch: model {} returned a non-finite energy or force on step {}{}{}",
-             model_file, update->ntimestep, bad.empty() ? "" : " near atom IDs ",
-             join_words(bad));
+  nonfinite_error(bad.empty() ? "" : " near atom IDs " + join_words(bad));
 }
+
+void PairTorch::model_error(const std::exception &e, const char *what)
+{
+  error->one(FLERR, "Pair style torch{} on step {}: {}", what, update->ntimestep, e.what());
+}
+
+void PairTorch::nonfinite_error(const std::string &where)
+{
+  error->one(FLERR, "Pair style torch: model {} returned a non-finite energy or force on step {}{}",
+             model_file, update->ntimestep, where);}
 
 /* ----------------------------------------------------------------------
    "graph_size": nodes and edges of this rank's last graph (1-dim, 2 values)

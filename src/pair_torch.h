@@ -18,6 +18,7 @@ PairStyle(torch,PairTorch);
 
 #include "pair.h"
 
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -191,6 +192,11 @@ class PairTorch : public Pair {
   void build_graph();
   void graph_input(MLTorch::GraphInput &in) const;
   void check_finite();
+  // the ERRORs of a model that throws on a step (`what`: in which
+  // evaluation) or returns non-finite values (`where`: which atoms), the
+  // same texts for every back end
+  void model_error(const std::exception &e, const char *what = "");
+  void nonfinite_error(const std::string &where);
   void log_ghost_counts(double nnodes);
   void collective_check(bool ok, const std::string &message);
   std::string torch_device() const;

@@ -11,6 +11,7 @@
 #include "fix_torch_finetune.h"
 #include "modify.h"
 
+#include "mltorch/distributed.h"
 #include "mltorch/finetune.h"
 #include "mltorch/model.h"
 #include "mltorch/replay.h"
@@ -33,8 +34,8 @@ class FixTorchFinetuneProbe {
 
   // the replica-averaged loss gradient of the last update (trainable
   // parameters, model order), before clipping
-  const std::vector<double> &last_gradient() const { return f->last_grad; }
-  bigint updates() const { return f->count->nupdates; }
+  const std::vector<double> &last_gradient() const { return f->trainer->last_grad; }
+  bigint updates() const { return f->trainer->count.nupdates; }
   bigint checksums_compared() const { return f->replicas->checksums_compared(); }
   MLTorch::Model *model() const { return f->model_.get(); }
   MLTorch::Model *member(int m) const { return f->members[m].get(); }
@@ -45,8 +46,8 @@ class FixTorchFinetuneProbe {
   const std::vector<double> &label_forces() const { return f->lab_forces; }
   double label_energy() const { return f->lab_energy; }
   const double *label_virial() const { return f->lab_virial; }
-  int replay_size() const { return f->replay->size(); }
-  double replay_bytes() const { return f->replay->bytes(); }
+  int replay_size() const { return f->trainer->replay.size(); }
+  double replay_bytes() const { return f->trainer->replay.bytes(); }
   double compute_vector(int i) const { return f->compute_vector(i); }
   // the largest restart record the fix writes (lowered to reach its error)
   static std::size_t &max_restart_bytes() { return FixTorchFinetune::max_restart_bytes; }

@@ -11,6 +11,7 @@
 #include "mltorch/replay.h"
 #include "mltorch/training.h"
 
+#include <algorithm>
 #include <cmath>
 #include <exception>
 
@@ -63,39 +64,185 @@ std::string replay_gradient(ReplayPiece &r, Model &model, const FinetuneSettings
   return agreed_failure(world, "replay: ", [&] { model.backward_train(weights, t.ce, t.cw); });
 }
 
-UpdateOutcome update(TrainingState &training, UpdatePolicy &policy, FinetuneCounters &count,
-                     const FinetuneSettings &set, const RoundStats &mine, bool replica_root,
-                     MPI_Comm universe, std::vector<double> &grad)
+ConfigurationLoss configuration_loss(double e, double e_ref, const double *w, const double *w_ref,
+                                     double natoms, double se_f, const FinetuneSettings &set,
+                                     MPI_Comm world)
 {
-  UpdateOutcome out;
-  std::vector<double> buf = training.gradient();
+  double local[16] = {e, e_ref};
+  for (int k = 0; k < 6; ++k) {
+    local[2 + k] = w[k];
+    local[8 + k] = w_ref[k];
+  }
+  local[14] = natoms;
+  local[15] = se_f;
+  double sum[16];
+  MPI_Allreduce(local, sum, 16, MPI_DOUBLE, MPI_SUM, world);
+  ConfigurationLoss c;
+  c.e = sum[0];
+  c.e_ref = sum[1];
+  std::copy(sum + 2, sum + 8, c.w);
+  std::copy(sum + 8, sum + 14, c.w_ref);
+  c.natoms = sum[14];
+  c.se_f = sum[15];
+  if (c.natoms >= 1.0)
+    c.terms = loss_terms(set.w_energy, set.w_force, set.w_stress, c.e, c.e_ref, c.w, c.w_ref,
+                         c.se_f, c.natoms);
+  return c;
+}
+
+DistributedTrainer::DistributedTrainer(const FinetuneSettings &settings,
+                                       std::vector<std::shared_ptr<Model>> models, MPI_Comm w,
+                                       MPI_Comm u) :
+    replay(settings.replay_capacity, settings.replay_mbytes * 1024.0 * 1024.0),
+    policy(settings.max_force_error, settings.rollback_factor), set(settings),
+    members(std::move(models)), training(std::make_unique<TrainingState>(members, settings.opt)),
+    world(w), universe(u)
+{
+}
+
+DistributedTrainer::~DistributedTrainer() = default;
+
+void DistributedTrainer::end_round()
+{
+  round = RoundStats();
+  replay.new_round();
+}
+
+bool DistributedTrainer::gate(double deviation)
+{
+  switch (MLTorch::gate(deviation, set.gate_low, set.gate_high)) {
+    case Gate::Known:
+      ++count.nknown;
+      return false;
+    case Gate::Skip:
+      ++count.nabove;
+      return false;
+    default:
+      return true;
+  }
+}
+
+std::string DistributedTrainer::fingerprint(const std::vector<std::string> &hashes, int pending,
+                                            long long phase) const
+{
+  std::string mask, out = "model";
+  for (bool t : members[0]->trainable()) mask += t ? '1' : '0';
+  for (const auto &h : hashes) out += " " + h;
+  return out + " trainable " + content_hash(mask) + " | " + set.fingerprint() + " | updates " +
+      std::to_string(count.nupdates) + " skipped " + std::to_string(count.nskipped) +
+      " rollbacks " + std::to_string(count.nrollbacks) + " pending " + std::to_string(pending) +
+      " phase " + std::to_string(phase);
+}
+
+DistributedTrainer::Outcome DistributedTrainer::update(bool replica_root, bool layered,
+                                                       const std::string &prefix)
+{
+  Outcome out;
+  // uncertainty gating: replicas label independently. Where no replica
+  // labelled anything there is no update (nor replay): every rank of every
+  // replica learns that from one reduced count
+  if (set.gated) {
+    const double mine = replica_root ? round.n : 0.0;
+    double all = 0.0;
+    MPI_Allreduce(&mine, &all, 1, MPI_DOUBLE, MPI_SUM, universe);
+    if (all == 0.0) {
+      ++count.nempty;
+      end_round();
+      training->zero_grad();
+      out.empty = true;
+      return out;
+    }
+  }
+  // replayed configurations join the gradient: deterministic picks among
+  // those stored before this round, the same on every rank of the replica;
+  // a replica's failure stops every replica (before any reduction of theirs)
+  std::string failure;
+  for (int k : replay_picks(count.events(), replay.size() - replay.fresh(), set.replay_mix)) {
+    for (auto &member : members)
+      if (failure.empty()) failure = replay_gradient(replay[k], *member, set, layered, world);
+    round.ngrad += 1.0;
+  }
+  int nworld = 1, nuniverse = 1, iworld = 0;
+  MPI_Comm_size(world, &nworld);
+  MPI_Comm_size(universe, &nuniverse);
+  MPI_Comm_rank(universe, &iworld);
+  iworld /= nworld;
+  if (!failure.empty()) failure = prefix + failure;
+  if (nuniverse > nworld)
+    failure = first_failure(universe, failure.empty(),
+                            failure + " (in partition " + std::to_string(iworld + 1) + ")", false);
+  if (!failure.empty()) {
+    out.failure = failure;
+    return out;
+  }
+
+  std::vector<double> buf = training->gradient();
   const std::size_t ngrad = buf.size();
   buf.resize(ngrad + RoundStats::SIZE, 0.0);
-  if (replica_root) mine.pack(buf.data() + ngrad);
+  if (replica_root) round.pack(buf.data() + ngrad);
   const double t0 = MPI_Wtime();
   const std::vector<double> sum = sum_everywhere(buf, universe);
-  out.t_reduce = MPI_Wtime() - t0;
-  training.zero_grad();
+  time_reduce += MPI_Wtime() - t0;
+  training->zero_grad();
 
   out.all = RoundStats::unpack(sum.data() + ngrad);
   // the mean over the configurations (fresh and replayed) of all replicas
-  grad.assign(sum.begin(), sum.begin() + ngrad);
-  average_gradient(out.all.ngrad, grad.data(), static_cast<long>(grad.size()));
+  last_grad.assign(sum.begin(), sum.begin() + ngrad);
+  average_gradient(out.all.ngrad, last_grad.data(), static_cast<long>(last_grad.size()));
   out.finite = std::isfinite(out.all.mean_loss());
-  for (std::size_t k = 0; out.finite && k < ngrad; ++k) out.finite = std::isfinite(grad[k]);
+  for (std::size_t k = 0; out.finite && k < ngrad; ++k) out.finite = std::isfinite(last_grad[k]);
 
   out.lr = set.schedule.lr(set.opt.lr, count.nupdates);
   out.action = policy.decide(out.all.mean_loss(), out.all.force_rmse(), out.finite,
-                             training.has_good(), count);
+                             training->has_good(), count);
   if (out.action == UpdateAction::Rollback) {
-    training.restore_good();
+    training->restore_good();
   } else if (out.action == UpdateAction::Step) {
-    if (policy.keeps_good()) training.keep_good();
-    out.failure = agreed_failure(universe, "optimizer step failed: ", [&] {
-      out.gnorm = training.step(grad, out.lr, set.clip)[0];
+    if (policy.keeps_good()) training->keep_good();
+    out.failure = agreed_failure(universe, prefix + "optimizer step failed: ", [&] {
+      out.gnorm = training->step(last_grad, out.lr, set.clip)[0];
     });
   }
+  const double v[NSTATS] = {out.all.mean_loss(), out.all.energy_rmse(), out.all.force_rmse(),
+                            out.all.virial_rmse(), out.gnorm, out.lr,
+                            static_cast<double>(count.nupdates), static_cast<double>(count.nskipped),
+                            static_cast<double>(count.nrollbacks), out.all.ngrad,
+                            static_cast<double>(replay.size())};
+  std::copy(v, v + NSTATS, stats);
+  end_round();
   return out;
+}
+
+TrainingRecord DistributedTrainer::record(const std::string &model_hash,
+                                          const std::vector<std::string> &hashes) const
+{
+  TrainingRecord r;
+  static_cast<FinetuneCounters &>(r) = count;
+  r.model_hash = model_hash;
+  r.member_hashes = hashes;
+  r.loss_ema = policy.loss_average();
+  r.stats.assign(stats, stats + NSTATS);
+  r.parameters = training->parameters();
+  r.optimizer = training->optimizer_state();
+  r.good_parameters = training->good_parameters();
+  r.good_optimizer = training->good_optimizer_state();
+  return r;
+}
+
+void DistributedTrainer::restore(const TrainingRecord &r)
+{
+  training->load_parameters(r.parameters);
+  training->load_optimizer_state(r.optimizer);
+  training->load_good(r.good_parameters, r.good_optimizer);
+  count = r;
+  policy.set_loss_average(r.loss_ema);
+  std::copy(r.stats.begin(), r.stats.end(), stats);
+}
+
+double DistributedTrainer::bytes() const
+{
+  return replay.bytes() +
+      static_cast<double>(training->good_parameters().size() + training->good_optimizer_state().size());
 }
 
 }    // namespace MLTorch

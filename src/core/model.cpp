@@ -1,173 +1,21 @@
 /* ----------------------------------------------------------------------
    ML-TORCH: TorchScript machine-learned potentials for LAMMPS.
-   LAMMPS-independent core: model loading, metadata, evaluation.
+   LAMMPS-independent core: model loading and evaluation, parameters and
+   their state.
 ------------------------------------------------------------------------- */
 
-#include "mltorch/model.h"
+#include "model_impl.h"
 
 #include "mltorch/layered.h"
 
 #include <caffe2/serialize/inline_container.h>
 #include <nlohmann/json.hpp>
-#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
-#include <torch/cuda.h>
-#include <torch/script.h>
-#include <torch/torch.h>
-#include <torch/version.h>
 
-#include <cerrno>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <limits>
-#include <map>
-#include <set>
 #include <sstream>
 
-#include <fcntl.h>
-#include <unistd.h>
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
-
 namespace MLTorch {
-
-std::string read_file(const std::string &path)
-{
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ModelError("Cannot open model file " + path + ": " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw ModelError("Error reading model file " + path);
-  return ss.str();
-}
-
-void set_num_threads(int n)
-{
-  // process-wide in LibTorch: several models (a torch teacher and student)
-  // each set theirs before they run, and setting the same count is a no-op
-  if (n > 0 && at::get_num_threads() != n) at::set_num_threads(n);
-}
-
-void set_single_interop_thread()
-{
-  static bool done = false;
-  if (done) return;
-  done = true;
-  try {
-    at::set_num_interop_threads(1);
-  } catch (std::exception &) {
-    // already set (or used) by the embedding program: keep its choice
-  }
-}
-
-long keep_large_allocations()
-{
-#if defined(__GLIBC__)
-  static long threshold = -1;
-  if (threshold < 0) {
-    threshold = 0;
-    if (!std::getenv("MALLOC_MMAP_THRESHOLD_")) {
-      const int one_gib = 1 << 30;
-      if (mallopt(M_MMAP_THRESHOLD, one_gib) == 1) threshold = one_gib;
-      // and do not hand the freed top of the heap back either (the next step
-      // would fault it in again)
-      if (threshold > 0 && !std::getenv("MALLOC_TRIM_THRESHOLD_")) mallopt(M_TRIM_THRESHOLD, one_gib);
-    }
-  }
-  return threshold;
-#else
-  return 0;
-#endif
-}
-
-int get_num_threads()
-{
-  return at::get_num_threads();
-}
-
-int cuda_device_count()
-{
-  return torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
-}
-
-std::string libtorch_version()
-{
-  return std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
-      std::to_string(TORCH_VERSION_PATCH);
-}
-
-/* ---------------------------------------------------------------------- */
-
-// A compiled (AOTInductor) package made by mltorch-compile: the compiled
-// energy-and-gradient function takes the model's parameters and buffers as
-// inputs, so it always runs the twin's current values (fine-tuning updates
-// reach it without a reload or a recompile).
-struct Compiled {
-  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
-  std::string device_type;                  // "cpu" or "cuda"
-  int threads = 1;                          // OpenMP threads of the generated CPU code
-  std::vector<std::string> state_names;     // input order after the four graph tensors
-  std::vector<torch::Tensor> state;         // the twin's tensors (detached aliases), that order
-  // a layered model's compiled stages (mltorch-compile): embed_fwd, embed_vjp,
-  // inter_fwd_K, inter_vjp_K, readout; empty for other models
-  std::map<std::string, std::unique_ptr<torch::inductor::AOTIModelPackageLoader>> stages;
-};
-
-// an AOTInductor package from bytes (the loader reads a file: a private
-// temporary copy, removed once loaded)
-static std::unique_ptr<torch::inductor::AOTIModelPackageLoader> load_aoti(const std::string &bytes,
-                                                                          const std::string &source)
-{
-  std::string path = (std::filesystem::temp_directory_path() / "mltorch-XXXXXX.pt2").string();
-  const int fd = ::mkstemps(path.data(), 4);
-  if (fd < 0)
-    throw ModelError("Cannot create a temporary file for compiled model " + source + " in " +
-                     std::filesystem::temp_directory_path().string() + ": " + std::strerror(errno) +
-                     " (set TMPDIR to a writable folder)");
-  const bool written = ::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size());
-  ::close(fd);
-  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
-  try {
-    if (!written) throw ModelError("cannot write " + path + ": " + std::strerror(errno));
-    loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(path, "model");
-  } catch (std::exception &e) {
-    std::remove(path.c_str());
-    throw ModelError("Cannot load compiled model " + source + ": " + e.what());
-  }
-  std::remove(path.c_str());
-  return loader;
-}
-
-struct Model::Impl {
-  torch::jit::Module module;    // TorchScript (for a compiled package: its twin)
-  std::unique_ptr<Compiled> compiled;
-  // training state between forward_train and backward_train
-  torch::Tensor train_energy, train_forces, train_virial;
-  Metadata meta;
-  torch::Device device{torch::kCPU};
-  torch::Dtype dtype = torch::kFloat64;
-  std::string source;
-  // which parameters train (module order); the parameters themselves require
-  // gradients only while a training graph is built, so that plain MD keeps no
-  // activations for weight gradients
-  std::vector<bool> trainable;
-  // the parameters the file itself declares trainable (requires_grad as saved:
-  // e.g. SevenNet's per-species scale and shift are not); the others never train
-  std::vector<bool> declared;
-  bool params_require_grad = true;
-
-  void set_params_require_grad(bool on)
-  {
-    if (on == params_require_grad) return;
-    std::size_t k = 0;
-    for (auto p : module.parameters()) p.requires_grad_(on && trainable[k++]);
-    params_require_grad = on;
-  }
-  void bind_compiled_state();
-};
 
 static torch::Device parse_device(const std::string &name, const std::string &source)
 {
@@ -192,112 +40,10 @@ static torch::Device parse_device(const std::string &name, const std::string &so
   return dev;
 }
 
-// names inside a compiled package (potentials/mltorch/compiled.py)
-static constexpr const char *kCompiledInfo = "extra/mltorch_compiled.json";
-static constexpr const char *kCompiledTwin = "mltorch/model.pt";
-static constexpr const char *kCompiledStages = "mltorch/stages";
-static constexpr int kCompiledFormat = 1;
 
-static std::string device_type_name(const torch::Device &dev)
-{
-  return dev.is_cuda() ? "cuda" : "cpu";
-}
-
-static std::string first_line(const std::string &what)
+std::string first_line(const std::string &what)
 {
   return what.substr(0, what.find('\n'));
-}
-
-static std::string read_record(caffe2::serialize::PyTorchStreamReader &zip, const std::string &name)
-{
-  auto [data, size] = zip.getRecord(name);
-  return std::string(static_cast<const char *>(data.get()), size);
-}
-
-// A compiled package, or nullptr for anything else (TorchScript, foreign data)
-static std::unique_ptr<Compiled> open_package(const std::string &bytes, const std::string &source,
-                                              std::string &twin)
-{
-  if (bytes.size() < 4 || bytes.compare(0, 2, "PK") != 0) return nullptr;    // not a zip archive
-  std::istringstream in(bytes);
-  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> zip;
-  try {
-    zip = std::make_unique<caffe2::serialize::PyTorchStreamReader>(&in);
-  } catch (std::exception &) {
-    return nullptr;    // reported by the TorchScript loader
-  }
-  if (!zip->hasRecord("archive_format")) return nullptr;    // a TorchScript archive
-  if (!zip->hasRecord(kCompiledInfo) || !zip->hasRecord(kCompiledTwin))
-    throw ModelError("Model file " + source +
-                     " is a torch.export/AOTInductor package without ML-TORCH data; compile "
-                     "models with mltorch-compile (potentials/mltorch), which adds the model "
-                     "file and metadata pair_style torch needs");
-  auto c = std::make_unique<Compiled>();
-  std::vector<std::string> stage_names;
-  try {
-    auto info = nlohmann::json::parse(read_record(*zip, kCompiledInfo));
-    if (info.value("compiled_format", 0) != kCompiledFormat)
-      throw ModelError("Compiled model " + source + " has compiled_format " +
-                       info.value("compiled_format", nlohmann::json(0)).dump() +
-                       "; this build reads " + std::to_string(kCompiledFormat) +
-                       ": compile it again with this version's mltorch-compile");
-    c->device_type = info.at("device").get<std::string>();
-    c->threads = info.value("threads", 1);
-    c->state_names = info.at("state_names").get<std::vector<std::string>>();
-    stage_names = info.value("stages", std::vector<std::string>());
-    const std::string built = info.value("torch_version", "");
-    if (built.rfind(libtorch_version(), 0) != 0)
-      throw ModelError("Compiled model " + source + " was compiled with torch " + built +
-                       " but this LAMMPS links LibTorch " + libtorch_version() +
-                       "; compiled code is tied to one version: run mltorch-compile again here");
-  } catch (nlohmann::json::exception &e) {
-    throw ModelError("Compiled model " + source + ": unreadable " + kCompiledInfo + " (" + e.what() +
-                     ")");
-  }
-  twin = read_record(*zip, kCompiledTwin);
-
-  // the loader reads a file: a private copy of the broadcast bytes (the
-  // loader unpacks its shared library elsewhere)
-  try {
-    c->loader = load_aoti(bytes, source);
-    for (const auto &name : stage_names) {
-      const std::string record = std::string(kCompiledStages) + "/" + name + ".pt2";
-      if (!zip->hasRecord(record))
-        throw ModelError("it lists the compiled stage " + name + " but has no " + record);
-      c->stages[name] = load_aoti(read_record(*zip, record), source + " (stage " + name + ")");
-    }
-  } catch (ModelError &e) {
-    throw ModelError(first_line(e.what()));
-  }
-  return c;
-}
-
-// a package runs on the device type it was compiled for only
-static void check_compiled_device(const Compiled *c, const torch::Device &dev, const std::string &source)
-{
-  if (c && c->device_type != device_type_name(dev))
-    throw ModelError("Compiled model " + source + " was compiled for " + c->device_type +
-                     " but device " + dev.str() +
-                     " is requested; compile it for that device (mltorch-compile --device " +
-                     device_type_name(dev) + ") or use the TorchScript model file");
-}
-
-void Model::Impl::bind_compiled_state()
-{
-  if (!compiled) return;
-  std::map<std::string, torch::Tensor> by_name;
-  for (const auto &p : module.named_parameters(/*recurse=*/true)) by_name[p.name] = p.value;
-  for (const auto &b : module.named_buffers(/*recurse=*/true)) by_name[b.name] = b.value;
-  compiled->state.clear();
-  for (const auto &name : compiled->state_names) {
-    auto it = by_name.find(name);
-    if (it == by_name.end())
-      throw ModelError("Compiled model " + source + " needs the tensor '" + name +
-                       "' that its model file does not have; the package is inconsistent: "
-                       "compile it again with mltorch-compile");
-    // aliases: optimizer steps and state loads update them in place
-    compiled->state.push_back(it->second.detach());
-  }
 }
 
 Model::Model(const std::string &bytes, const std::string &source, const std::string &device) :
@@ -385,12 +131,8 @@ int Model::compiled_threads() const
   return impl->compiled ? impl->compiled->threads : 0;
 }
 
-// The graph as tensors on the model's device, in the model's dtype
-struct GraphTensors {
-  torch::Tensor edge_vec, edge_index, species;
-};
 
-static GraphTensors wrap_graph(const GraphInput &in, const torch::Device &dev, torch::Dtype dtype)
+GraphTensors wrap_graph(const GraphInput &in, const torch::Device &dev, torch::Dtype dtype)
 {
   auto i64 = torch::TensorOptions().dtype(torch::kInt64);
   auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
@@ -414,21 +156,7 @@ static GraphTensors wrap_graph(const GraphInput &in, const torch::Device &dev, t
   return g;
 }
 
-// Graph tensors for the model and its forward pass, with the contract checks
-struct ForwardPass {
-  torch::Tensor edge_vec, edge_index, local_energy;
-  // a layered run with the halo exchange: the zero scalar the exchanges
-  // hang on (run_layered); differentiate by {edge_vec, anchor}
-  torch::Tensor anchor;
-  // the tensors whose gradients a backward pass must ask for
-  std::vector<torch::Tensor> grad_inputs() const
-  {
-    if (anchor.defined()) return {edge_vec, anchor};
-    return {edge_vec};
-  }
-};
-
-static ForwardPass run_forward(torch::jit::Module &module, const Metadata &meta, const GraphInput &in,
+ForwardPass run_forward(torch::jit::Module &module, const Metadata &meta, const GraphInput &in,
                                const torch::Device &dev, torch::Dtype dtype, const std::string &source)
 {
   auto g = wrap_graph(in, dev, dtype);
@@ -578,98 +306,6 @@ double Model::evaluate_into(const GraphInput &in, double *edge_grad, double *nod
 
 /* ---------------------------------------------------------------------- */
 
-void Model::forward_train(const GraphInput &in, double &energy, std::vector<double> &node_forces,
-                          double *virial)
-{
-  impl->train_virial = torch::Tensor();
-  impl->set_params_require_grad(true);
-  auto fp = run_forward(impl->module, impl->meta, in, impl->device, impl->dtype, impl->source);
-  auto &edge_vec = fp.edge_vec;
-  auto &edge_index = fp.edge_index;
-  auto total = fp.local_energy.sum();
-
-  // partial forces with create_graph, so that they stay differentiable in the parameters
-  torch::Tensor forces = torch::zeros({in.n_nodes, 3}, edge_vec.options().requires_grad(false));
-  if (fp.anchor.defined() || (in.n_edges > 0 && total.requires_grad())) {
-    auto g = torch::autograd::grad({total}, fp.grad_inputs(), {}, /*retain_graph=*/true,
-                                   /*create_graph=*/true, /*allow_unused=*/true)[0];
-    if (g.defined()) {
-      forces = forces.index_add(0, edge_index[0], g).index_add(0, edge_index[1], -g);
-      // W = -sum_e r_e (x) g_e; r_e is data here, g_e depends on the parameters
-      auto r = edge_vec.detach();
-      auto rg = -(r.unsqueeze(2) * g.unsqueeze(1)).sum(0);    // [3][3]
-      impl->train_virial = torch::stack({rg[0][0], rg[1][1], rg[2][2], rg[0][1], rg[0][2], rg[1][2]});
-    }
-  }
-  if (!impl->train_virial.defined() || in.n_edges == 0)
-    impl->train_virial = torch::zeros({6}, edge_vec.options().requires_grad(false));
-  if (virial) {
-    auto v = impl->train_virial.detach().to(torch::kCPU, torch::kFloat64).contiguous();
-    for (int k = 0; k < 6; ++k) virial[k] = v.data_ptr<double>()[k];
-  }
-  impl->train_energy = total;
-  impl->train_forces = forces;
-  energy = total.item<double>();
-  auto host = forces.detach().to(torch::kCPU, torch::kFloat64).contiguous();
-  node_forces.assign(host.data_ptr<double>(), host.data_ptr<double>() + 3 * in.n_nodes);
-}
-
-void Model::backward_train(const std::vector<double> &node_force_weights, double energy_weight,
-                           const double *virial_weights)
-{
-  if (!impl->train_energy.defined()) throw ModelError("backward_train() without forward_train()");
-  auto &F = impl->train_forces;
-  // checked before the weights are wrapped (from_blob reads F.numel() values)
-  if (static_cast<int64_t>(node_force_weights.size()) != F.numel())
-    throw ModelError("backward_train(): " + std::to_string(node_force_weights.size()) +
-                     " force weights for " + std::to_string(F.numel()) + " force components");
-  auto w = torch::from_blob(const_cast<double *>(node_force_weights.data()), F.sizes(),
-                            torch::TensorOptions().dtype(torch::kFloat64))
-               .to(F.device(), F.scalar_type());
-  auto objective = (w * F).sum() + energy_weight * impl->train_energy;
-  if (virial_weights) {
-    auto c = torch::from_blob(const_cast<double *>(virial_weights), {6},
-                              torch::TensorOptions().dtype(torch::kFloat64))
-                 .to(F.device(), F.scalar_type());
-    objective = objective + (c * impl->train_virial).sum();
-  }
-  if (objective.requires_grad()) objective.backward();
-  impl->train_energy = torch::Tensor();
-  impl->train_forces = torch::Tensor();
-  impl->train_virial = torch::Tensor();
-}
-
-int64_t Model::num_parameters() const
-{
-  int64_t n = 0;
-  for (const auto &p : impl->module.parameters()) n += p.numel();
-  return n;
-}
-
-void Model::zero_grad()
-{
-  for (auto p : impl->module.parameters())
-    if (p.grad().defined()) p.mutable_grad().zero_();
-}
-
-std::vector<double> Model::flat_gradient(bool trainable_only) const
-{
-  std::vector<double> out;
-  out.reserve(num_parameters());
-  std::size_t k = 0;
-  for (const auto &p : impl->module.parameters()) {
-    if (trainable_only && !impl->trainable[k++]) continue;
-    // an unused parameter contributes zeros, so every rank reduces the same layout
-    auto g = p.grad().defined() ? p.grad() : torch::zeros_like(p);
-    auto h = g.detach().to(torch::kCPU, torch::kFloat64).contiguous().flatten();
-    out.insert(out.end(), h.data_ptr<double>(), h.data_ptr<double>() + h.numel());
-  }
-  return out;
-}
-
-
-/* ---------------------------------------------------------------------- */
-
 std::vector<std::string> Model::parameter_names() const
 {
   std::vector<std::string> names;
@@ -771,120 +407,5 @@ std::string Model::file_bytes(const std::string &provenance_json) const
 }
 
 /* ---------------------------------------------------------------------- */
-
-struct Trainer::Impl {
-  std::vector<torch::Tensor> params;    // trainable parameters, model order
-  std::unique_ptr<torch::optim::Optimizer> optimizer;
-};
-
-Trainer::Trainer(Model &model, const OptimizerSettings &s) : impl(std::make_unique<Impl>())
-{
-  std::size_t k = 0;
-  for (const auto &p : model.impl->module.parameters())
-    if (model.impl->trainable[k++]) impl->params.push_back(p);
-  if (impl->params.empty()) throw ModelError("the model has no trainable parameter");
-  if (s.kind == "adam") {
-    impl->optimizer = std::make_unique<torch::optim::Adam>(
-        impl->params, torch::optim::AdamOptions(s.lr).betas({s.beta1, s.beta2}).eps(s.eps).weight_decay(
-                          s.weight_decay));
-  } else if (s.kind == "adamw") {
-    impl->optimizer = std::make_unique<torch::optim::AdamW>(
-        impl->params, torch::optim::AdamWOptions(s.lr).betas({s.beta1, s.beta2}).eps(s.eps).weight_decay(
-                          s.weight_decay));
-  } else if (s.kind == "sgd") {
-    impl->optimizer = std::make_unique<torch::optim::SGD>(
-        impl->params, torch::optim::SGDOptions(s.lr).momentum(s.momentum).weight_decay(s.weight_decay));
-  } else {
-    throw ModelError("unknown optimizer '" + s.kind + "' (use adam, adamw or sgd)");
-  }
-}
-
-Trainer::~Trainer() = default;
-
-double Trainer::step(const std::vector<double> &grad, double lr, double max_norm)
-{
-  std::size_t off = 0;
-  for (auto &p : impl->params) {
-    const auto n = static_cast<std::size_t>(p.numel());
-    if (off + n > grad.size()) throw ModelError("Trainer::step(): gradient too short");
-    auto g = torch::from_blob(const_cast<double *>(grad.data() + off), p.sizes(),
-                              torch::TensorOptions().dtype(torch::kFloat64))
-                 .to(p.device(), p.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
-    p.mutable_grad() = g;
-    off += n;
-  }
-  if (off != grad.size()) throw ModelError("Trainer::step(): gradient too long");
-  const double limit = max_norm > 0.0 ? max_norm : std::numeric_limits<double>::infinity();
-  const double norm = torch::nn::utils::clip_grad_norm_(impl->params, limit);
-  for (auto &group : impl->optimizer->param_groups()) group.options().set_lr(lr);
-  impl->optimizer->step();
-  for (auto &p : impl->params) p.mutable_grad() = torch::Tensor();
-  return norm;
-}
-
-std::string Trainer::state() const
-{
-  torch::serialize::OutputArchive archive;
-  impl->optimizer->save(archive);
-  std::ostringstream os;
-  archive.save_to(os);
-  return os.str();
-}
-
-void Trainer::load_state(const std::string &bytes)
-{
-  torch::serialize::InputArchive archive;
-  std::istringstream is(bytes);
-  try {
-    archive.load_from(is);
-    impl->optimizer->load(archive);
-  } catch (std::exception &e) {
-    throw ModelError("cannot restore the optimizer state: " + first_line(e.what()));
-  }
-}
-
-/* ---------------------------------------------------------------------- */
-
-void write_file_atomic(const std::string &path, const std::string &bytes)
-{
-  const std::string tmp = path + ".tmp." + std::to_string(static_cast<long>(::getpid()));
-  FILE *fp = std::fopen(tmp.c_str(), "wb");
-  if (!fp) throw ModelError("Cannot write " + tmp + ": " + std::strerror(errno));
-  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), fp) == bytes.size();
-  ok = (std::fclose(fp) == 0) && ok;
-  if (!ok) {
-    const std::string why = std::strerror(errno);
-    std::remove(tmp.c_str());
-    throw ModelError("Cannot write " + tmp + ": " + why);
-  }
-  commit_file(tmp, path);
-}
-
-void commit_file(const std::string &tmp, const std::string &path)
-{
-  // a write-back error of the closed file is reported to this new
-  // descriptor's fsync (Linux keeps it per file, not per descriptor)
-  const int fd = ::open(tmp.c_str(), O_RDONLY);
-  if (fd < 0 || ::fsync(fd) != 0) {
-    const std::string why = std::strerror(errno);
-    if (fd >= 0) ::close(fd);
-    std::remove(tmp.c_str());
-    throw ModelError("Cannot write " + tmp + ": " + why);
-  }
-  ::close(fd);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    std::remove(tmp.c_str());
-    throw ModelError("Cannot rename " + tmp + " to " + path + ": " + why);
-  }
-  // the rename itself survives a crash of the machine once the folder is synced
-  const auto slash = path.rfind('/');
-  const std::string dir = (slash == std::string::npos) ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-}
 
 }    // namespace MLTorch

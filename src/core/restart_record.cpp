@@ -206,4 +206,24 @@ TrainingRecord unpack_record(const char *buf, std::size_t size, int nstats)
   return r;
 }
 
+std::string record_mismatch(const TrainingRecord &r, const std::string &path,
+                            const std::string &hash, const std::vector<std::string> &hashes)
+{
+  auto words = [](const std::vector<std::string> &v) {
+    std::string out;
+    for (const auto &w : v) out += (out.empty() ? "" : " ") + w;
+    return out;
+  };
+  if (r.model_hash != hash)
+    return "the restart file was written while training a model with file hash " + r.model_hash +
+        ", but pair_coeff loaded " + path + " (hash " + hash +
+        "); load the same model file that the run which wrote the restart file started from";
+  if (r.member_hashes != hashes)
+    return "the restart file was written while training a committee of " +
+        std::to_string(r.member_hashes.size()) + " model(s) (" + words(r.member_hashes) +
+        "), but pair_coeff loaded " + std::to_string(hashes.size()) + " (" + words(hashes) +
+        "); load the same model files";
+  return {};
+}
+
 }    // namespace MLTorch

@@ -14,10 +14,13 @@
 #define MLTORCH_CORE_DISTRIBUTED_H
 
 #include "mltorch/finetune.h"
+#include "mltorch/replay.h"
+#include "mltorch/restart_record.h"
 
 #include <mpi.h>
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,7 +28,6 @@ namespace MLTorch {
 
 class Model;
 class TrainingState;
-struct ReplayPiece;
 
 // run `work` on every rank of `comm`; the failure of the lowest failing rank
 // (its exception's text after `prefix`) on every rank, or empty: ranks then
@@ -41,25 +43,77 @@ std::string agreed_failure(MPI_Comm comm, const std::string &prefix,
 std::string replay_gradient(ReplayPiece &piece, Model &model, const FinetuneSettings &set,
                             bool layered, MPI_Comm world);
 
-// what an update did
-struct UpdateOutcome {
-  UpdateAction action = UpdateAction::Step;
-  RoundStats all;          // the round's statistics of all replicas
-  double gnorm = 0.0;      // gradient norm of member 0 before clipping (steps only)
-  double lr = 0.0;
-  bool finite = true;
-  double t_reduce = 0.0;   // seconds in the reduction
-  std::string failure;     // the optimizer step failed (every rank of every replica)
+// the loss of a labelled configuration spread over the ranks of a replica,
+// from this rank's shares: its energy, the teacher's energy, its virial (6),
+// the teacher's virial (6), its covered atoms and its squared force
+// residual. The sums over `world` and the loss with its coefficients.
+struct ConfigurationLoss {
+  LossTerms terms;
+  double e = 0.0, e_ref = 0.0, w[6] = {0}, w_ref[6] = {0}, natoms = 0.0, se_f = 0.0;
 };
+ConfigurationLoss configuration_loss(double e, double e_ref, const double *w, const double *w_ref,
+                                     double natoms, double se_f, const FinetuneSettings &set,
+                                     MPI_Comm world);
 
-// the update after a round: the members' gradients (in `training`) and this
-// replica's statistics `mine` (counted once per replica: by `replica_root`)
-// summed over `universe`, averaged over all configurations into `grad`; the
-// policy's decision; then the optimizer step, rollback or skip. The
-// gradients are zeroed. Bitwise the same on every rank of every replica.
-UpdateOutcome update(TrainingState &training, UpdatePolicy &policy, FinetuneCounters &count,
-                     const FinetuneSettings &set, const RoundStats &mine, bool replica_root,
-                     MPI_Comm universe, std::vector<double> &grad);
+// The training state of fix torch/finetune and its update: the members and
+// their optimizers, the counters, the round's statistics, the replay buffer
+// and the update policy, with the update that every rank of every replica
+// runs together after a round.
+class DistributedTrainer {
+ public:
+  static constexpr int NSTATS = 11;    // the fix's output vector of the last update
+  DistributedTrainer(const FinetuneSettings &set, std::vector<std::shared_ptr<Model>> members,
+                     MPI_Comm world, MPI_Comm universe);
+  ~DistributedTrainer();
+  DistributedTrainer(const DistributedTrainer &) = delete;
+  DistributedTrainer &operator=(const DistributedTrainer &) = delete;
+
+  TrainingState &state() { return *training; }
+  FinetuneCounters count;
+  RoundStats round;       // this replica's, since the last update
+  ReplayBuffer replay;    // this rank's pieces
+  UpdatePolicy policy;
+  std::vector<double> last_grad;    // the replica-averaged gradient of the last update
+  double stats[NSTATS] = {0};       // loss, E/F/W RMSE, |grad|, lr, counts, configs, replay size
+  double time_reduce = 0.0;         // seconds of this rank in the gradient reduction
+
+  struct Outcome {
+    bool empty = false;    // no replica labelled anything: no update
+    UpdateAction action = UpdateAction::Step;
+    RoundStats all;        // the round of all replicas
+    double gnorm = 0.0, lr = 0.0;
+    bool finite = true;
+    // a failure every rank of every replica stops with (replay or step)
+    std::string failure;
+  };
+  // the update after a round: with uncertainty gating, none where no replica
+  // labelled a configuration; else the replayed configurations' gradients
+  // (picked alike on every rank), the gradients and statistics summed over
+  // the universe (the round counted once per replica, by `replica_root`)
+  // and averaged over all configurations, the policy's decision and the
+  // optimizer step, rollback or skip. `layered`: replays run a layered
+  // model with the exchange. Failures carry `prefix`. Ends the round.
+  Outcome update(bool replica_root, bool layered, const std::string &prefix);
+  void end_round();
+  // uncertainty gating: label a configuration whose committee deviation
+  // lies in the window (counts the others)
+  bool gate(double deviation);
+  // what replicas must share before a run: the models (their file hashes,
+  // the trainable set), the settings, the counters, `pending` configurations
+  // and the `phase` of the labelling interval
+  std::string fingerprint(const std::vector<std::string> &hashes, int pending, long long phase) const;
+  // the record restart files keep, and back (throws on a state that does
+  // not fit the members)
+  TrainingRecord record(const std::string &model_hash, const std::vector<std::string> &hashes) const;
+  void restore(const TrainingRecord &r);
+  double bytes() const;
+
+ private:
+  const FinetuneSettings &set;
+  std::vector<std::shared_ptr<Model>> members;
+  std::unique_ptr<TrainingState> training;
+  MPI_Comm world, universe;
+};
 
 }    // namespace MLTorch
 

@@ -55,6 +55,12 @@ std::size_t record_size(const char *buf, std::size_t bound);
 // RecordError when any length, the version, the frame or the checksum is wrong
 TrainingRecord unpack_record(const char *buf, std::size_t size, int nstats);
 
+// why a record read back does not belong to the models loaded now (the
+// model file `path` with file hash `hash`, a committee with `hashes`), or
+// empty when it does
+std::string record_mismatch(const TrainingRecord &r, const std::string &path,
+                            const std::string &hash, const std::vector<std::string> &hashes);
+
 }    // namespace MLTorch
 
 #endif

@@ -1,0 +1,86 @@
+/* ----------------------------------------------------------------------
+   ML-TORCH: TorchScript machine-learned potentials for LAMMPS.
+   LAMMPS-independent core: a model's optimizer (LibTorch's Adam,
+   AdamW or SGD) on its trainable parameters, and its state.
+------------------------------------------------------------------------- */
+
+#include "model_impl.h"
+
+#include <sstream>
+
+namespace MLTorch {
+
+struct Trainer::Impl {
+  std::vector<torch::Tensor> params;    // trainable parameters, model order
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+};
+
+Trainer::Trainer(Model &model, const OptimizerSettings &s) : impl(std::make_unique<Impl>())
+{
+  std::size_t k = 0;
+  for (const auto &p : model.impl->module.parameters())
+    if (model.impl->trainable[k++]) impl->params.push_back(p);
+  if (impl->params.empty()) throw ModelError("the model has no trainable parameter");
+  if (s.kind == "adam") {
+    impl->optimizer = std::make_unique<torch::optim::Adam>(
+        impl->params, torch::optim::AdamOptions(s.lr).betas({s.beta1, s.beta2}).eps(s.eps).weight_decay(
+                          s.weight_decay));
+  } else if (s.kind == "adamw") {
+    impl->optimizer = std::make_unique<torch::optim::AdamW>(
+        impl->params, torch::optim::AdamWOptions(s.lr).betas({s.beta1, s.beta2}).eps(s.eps).weight_decay(
+                          s.weight_decay));
+  } else if (s.kind == "sgd") {
+    impl->optimizer = std::make_unique<torch::optim::SGD>(
+        impl->params, torch::optim::SGDOptions(s.lr).momentum(s.momentum).weight_decay(s.weight_decay));
+  } else {
+    throw ModelError("unknown optimizer '" + s.kind + "' (use adam, adamw or sgd)");
+  }
+}
+
+Trainer::~Trainer() = default;
+
+double Trainer::step(const std::vector<double> &grad, double lr, double max_norm)
+{
+  std::size_t off = 0;
+  for (auto &p : impl->params) {
+    const auto n = static_cast<std::size_t>(p.numel());
+    if (off + n > grad.size()) throw ModelError("Trainer::step(): gradient too short");
+    auto g = torch::from_blob(const_cast<double *>(grad.data() + off), p.sizes(),
+                              torch::TensorOptions().dtype(torch::kFloat64))
+                 .to(p.device(), p.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
+    p.mutable_grad() = g;
+    off += n;
+  }
+  if (off != grad.size()) throw ModelError("Trainer::step(): gradient too long");
+  const double limit = max_norm > 0.0 ? max_norm : std::numeric_limits<double>::infinity();
+  const double norm = torch::nn::utils::clip_grad_norm_(impl->params, limit);
+  for (auto &group : impl->optimizer->param_groups()) group.options().set_lr(lr);
+  impl->optimizer->step();
+  for (auto &p : impl->params) p.mutable_grad() = torch::Tensor();
+  return norm;
+}
+
+std::string Trainer::state() const
+{
+  torch::serialize::OutputArchive archive;
+  impl->optimizer->save(archive);
+  std::ostringstream os;
+  archive.save_to(os);
+  return os.str();
+}
+
+void Trainer::load_state(const std::string &bytes)
+{
+  torch::serialize::InputArchive archive;
+  std::istringstream is(bytes);
+  try {
+    archive.load_from(is);
+    impl->optimizer->load(archive);
+  } catch (std::exception &e) {
+    throw ModelError("cannot restore the optimizer state: " + first_line(e.what()));
+  }
+}
+
+/* ---------------------------------------------------------------------- */
+
+}    // namespace MLTorch

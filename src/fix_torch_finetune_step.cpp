@@ -1,0 +1,268 @@
+/* ----------------------------------------------------------------------
+   LAMMPS - Large-scale Atomic/Molecular Massively Parallel Simulator
+   https://www.lammps.org/, Sandia National Laboratories
+   LAMMPS development team: developers@lammps.org
+
+   ML-TORCH package: TorchScript machine-learned potentials.
+   Distributed under the GNU General Public License, version 2.
+------------------------------------------------------------------------- */
+
+/* ----------------------------------------------------------------------
+   fix torch/finetune: the stages of a labelling step and the update after
+   a round. The gradient of a configuration spread over the ranks of a
+   replica (DESIGN.md): every rank computes the partial forces of its graph,
+   LAMMPS reverse communication sums them on the owners, owners form the
+   residual weights, forward communication copies them to every ghost image,
+   and each rank back-propagates its weighted share; the sum over ranks is
+   the gradient of the loss, whatever the decomposition. The loss, the
+   replay buffer and the update itself are the core's (src/core).
+------------------------------------------------------------------------- */
+
+#include "fix_torch_finetune.h"
+
+#include "atom.h"
+#include "comm.h"
+#include "error.h"
+#include "finetune_replicas.h"
+#include "finetune_teacher.h"
+#include "lmp_compat.h"
+#include "pair_torch.h"
+#include "update.h"
+
+#include "mltorch/committee.h"
+#include "mltorch/distributed.h"
+#include "mltorch/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+using namespace LAMMPS_NS;
+
+/* ----------------------------------------------------------------------
+   uncertainty gating: the committee's largest per-atom force deviation of
+   this replica's configuration decides (the same on all its ranks)
+------------------------------------------------------------------------- */
+
+bool FixTorchFinetune::gate_says_label()
+{
+  const auto &d = student->committee_deviation();
+  const int nlocal = atom->nlocal;
+  const int *type = atom->type;
+  double mx = 0.0, gmx = 0.0;
+  for (int i = 0; i < nlocal; ++i)
+    if (student->species_of_type(type[i]) >= 0)
+      mx = std::max(mx, std::isnan(d.atom[2 * i]) ? INFINITY : d.atom[2 * i]);
+  MPI_Allreduce(&mx, &gmx, 1, MPI_DOUBLE, MPI_MAX, world);
+  last_devi = gmx;
+  return trainer->gate(gmx);
+}
+
+/* ----------------------------------------------------------------------
+   one labelled configuration: the current atoms
+------------------------------------------------------------------------- */
+
+void FixTorchFinetune::train_current(const MLTorch::GraphInput &in)
+{
+  const int nlocal = atom->nlocal;
+  const int nall = nlocal + atom->nghost;
+  const int *type = atom->type;
+  const auto &node2atom = student->graph_atoms();
+
+  // the labels, once for all members
+  double e_ref_part = 0.0, w_ref_part[6];
+  teacher->label(fref, e_ref_part, w_ref_part, [this] { reverse_comm_into(atom->f); });
+  ++trainer->count.ncalls;
+
+  // every member learns the labels (the last one treated is member 1, the
+  // MD model: fpart keeps its forces and the statistics are its own)
+  MLTorch::LossTerms terms{};
+  double se_f = 0.0, natoms = 0.0;
+  for (int m = static_cast<int>(members.size()) - 1; m >= 0; --m) {
+    MLTorch::Model &model = *members[m];
+    // stage 1: partial forces of this rank's graph
+    double e_part = 0.0, w_part[6];
+    auto &node_forces = node_buf;
+    replicas->agreed_call("", [&] { model.forward_train(in, e_part, node_forces, w_part); });
+
+    // full model forces on the owners: LAMMPS reverse communication
+    if (nall > 0) std::memset(&fpart[0][0], 0, sizeof(double) * 3 * nall);
+    for (int64_t n = 0; n < in.n_nodes; ++n) {
+      const int a = node2atom[n];
+      for (int k = 0; k < 3; ++k) fpart[a][k] += node_forces[3 * n + k];
+    }
+    reverse_comm_into(fpart);
+
+    // the configuration's loss from this rank's shares, summed over the replica
+    double covered = 0.0, se_f_part = 0.0;
+    for (int i = 0; i < nlocal; ++i) {
+      if (student->species_of_type(type[i]) < 0) continue;
+      covered += 1.0;
+      for (int k = 0; k < 3; ++k) se_f_part += (fpart[i][k] - fref[i][k]) * (fpart[i][k] - fref[i][k]);
+    }
+    const auto c = MLTorch::configuration_loss(e_part, e_ref_part, w_part, w_ref_part, covered,
+                                               se_f_part, *set, world);
+    natoms = c.natoms;
+    // the same sum on every rank of the replica, so all of them throw
+    if (natoms < 1.0)
+      throw StepFailure(fmt::format("Fix torch/finetune on step {}: no atom of a type the model "
+                                    "covers; nothing to train on", update->ntimestep));
+    const auto &t = c.terms;
+
+    // stage 2: residual weights on owners, copied to ghost images by LAMMPS
+    // forward communication, then the weighted backward pass on every rank
+    for (int i = 0; i < nlocal; ++i) {
+      const bool covered = student->species_of_type(type[i]) >= 0;
+      for (int k = 0; k < 3; ++k) resid[i][k] = covered ? t.cf * (fpart[i][k] - fref[i][k]) : 0.0;
+    }
+    MLTorchCompat::forward_comm(comm, this);
+    auto &weights = weight_buf;
+    weights.resize(3 * in.n_nodes);
+    for (int64_t n = 0; n < in.n_nodes; ++n)
+      for (int k = 0; k < 3; ++k) weights[3 * n + k] = resid[node2atom[n]][k];
+    replicas->agreed_call("", [&] { model.backward_train(weights, t.ce, t.cw); });
+    if (m > 0) continue;
+
+    terms = t;
+    se_f = c.se_f;
+    // the labels (tests and tools) and the per-atom residual of member 1
+    lab_energy = c.e_ref;
+    std::copy(c.w_ref, c.w_ref + 6, lab_virial);
+    lab_tags.assign(atom->tag, atom->tag + nlocal);
+    lab_forces.assign(&fref[0][0], &fref[0][0] + 3 * nlocal);
+    for (int i = 0; i < nlocal; ++i) {
+      double r2 = 0.0;
+      for (int k = 0; k < 3; ++k) r2 += (fpart[i][k] - fref[i][k]) * (fpart[i][k] - fref[i][k]);
+      resid_atom[i] = student->species_of_type(type[i]) >= 0 ? std::sqrt(r2) : 0.0;
+    }
+    if (set->replay_capacity > 0) store_replay(in, c.e_ref, c.w_ref, natoms);
+  }
+
+  trainer->round.add(terms, se_f, natoms);
+  ++trainer->count.nconfigs;
+}
+
+
+/* ----------------------------------------------------------------------
+   keep this rank's piece of the configuration just trained on for replay
+   (MLTorch::ReplayBuffer): its graph, its labels, and the owner (rank,
+   node slot) of each ghost node, learnt by forward communication
+------------------------------------------------------------------------- */
+
+void FixTorchFinetune::store_replay(const MLTorch::GraphInput &in, double e_ref,
+                                    const double *w_ref, double natoms)
+{
+  const auto &node2atom = student->graph_atoms();
+  const int nall = atom->nlocal + atom->nghost;
+  auto piece = trainer->replay.spare();
+  piece->set_graph(in);
+  piece->e_ref = e_ref;
+  std::copy(w_ref, w_ref + 6, piece->w_ref);
+  piece->natoms = natoms;
+  for (int64_t n = 0; n < in.n_local; ++n)
+    for (int k = 0; k < 3; ++k) piece->fref[3 * n + k] = fref[node2atom[n]][k];
+
+  // (owner rank, slot) of every atom, copied to its ghost images
+  for (int i = 0; i < nall; ++i) resid[i][0] = resid[i][1] = resid[i][2] = -1.0;
+  for (int64_t n = 0; n < in.n_local; ++n) {
+    resid[node2atom[n]][0] = comm->me;
+    resid[node2atom[n]][1] = static_cast<double>(n);
+  }
+  MLTorchCompat::forward_comm(comm, this);
+  std::vector<int> owner_rank, owner_slot;
+  for (int64_t n = in.n_local; n < in.n_nodes; ++n) {
+    owner_rank.push_back(static_cast<int>(resid[node2atom[n]][0]));
+    owner_slot.push_back(static_cast<int>(resid[node2atom[n]][1]));
+  }
+  const std::string failure = piece->group_ghosts(owner_rank, owner_slot, comm->nprocs);
+  replicas->fail_if(failure.empty() ? failure : "Fix torch/finetune: " + failure);
+  piece->plan_exchange(world);
+  if (!trainer->replay.store(std::move(piece), world)) {
+    if (!replay_warned && comm->me == 0)
+      error->warning(FLERR, "Fix torch/finetune: one configuration needs more than the replay "
+                            "memory bound of {} MB on a rank; the replay buffer stays empty "
+                            "(raise replay_memory)", set->replay_mbytes);
+    replay_warned = true;
+  }
+}
+
+/* ----------------------------------------------------------------------
+   the update after a round (MLTorch::DistributedTrainer): one optimizer
+   step on the gradient averaged over all configurations of all replicas;
+   every decision depends only on reduced values, so every rank of every
+   replica takes the same branch
+------------------------------------------------------------------------- */
+
+void FixTorchFinetune::take_step()
+{
+  pending = 0;
+  const auto out = trainer->update(comm->me == 0, student->halo_exchange(),
+                                   fmt::format("Fix torch/finetune on step {}: ", update->ntimestep));
+  if (!out.failure.empty()) error->all(FLERR, out.failure);
+  const auto &c = trainer->count;
+  if (out.empty) {
+    if (set->log_every > 0 && (c.nempty - 1) % set->log_every == 0 && comm->me == 0)
+      utils::logmesg(lmp, "fix torch/finetune: step {} no update: no replica labelled a "
+                          "configuration since the last update ({} such updates so far)\n",
+                     update->ntimestep, c.nempty);
+    return;
+  }
+  const bigint nevents = c.events();
+  if (set->log_every > 0 && (nevents % set->log_every == 0 || nevents == 1 || !out.finite) &&
+      comm->me == 0) {
+    const double *v = trainer->stats;
+    utils::logmesg(lmp,
+                   "fix torch/finetune: step {} {} {} loss {:.6g} E_rmse {:.6g} F_rmse {:.6g} "
+                   "W_rmse {:.6g} |grad| {:.6g} lr {:.6g} configs {} replayed {}{}\n",
+                   update->ntimestep, MLTorch::describe(out.action), c.nupdates, v[0], v[1], v[2],
+                   v[3], out.gnorm, out.lr, static_cast<bigint>(out.all.n),
+                   static_cast<bigint>(out.all.ngrad - out.all.n),
+                   set->gated ? fmt::format(" | this replica: teacher calls {}, saved {}, above "
+                                            "the window {}, empty updates {}",
+                                            c.ncalls, c.nknown, c.nabove, c.nempty)
+                              : std::string());
+  }
+  if (set->check_every > 0 && nevents % set->check_every == 0)
+    replicas->checksum_guard(trainer->state(), c.nupdates);
+  if (set->save_every > 0 && !set->save_file.empty() && c.nupdates > 0 &&
+      nevents % set->save_every == 0)
+    save_model(set->save_file);
+}
+
+/* ----------------------------------------------------------------------
+   the MD model's forces on the owned atoms (ghost shares summed by reverse
+   comm) from its output on this graph, evaluated here if not given
+------------------------------------------------------------------------- */
+
+void FixTorchFinetune::md_forces(const MLTorch::GraphInput &in, double **dst,
+                                 const MLTorch::GraphOutput *given)
+{
+  const int nall = atom->nlocal + atom->nghost;
+  MLTorch::GraphOutput out;
+  if (!given) {
+    student->evaluate_md(in, out);
+    given = &out;
+  }
+  if (nall > 0) {
+    std::memset(&dst[0][0], 0, sizeof(double) * 3 * nall);
+    student->add_edge_forces(given->edge_grad.data(), &dst[0][0], 3);
+  }
+  reverse_comm_into(dst);
+}
+
+/* ----------------------------------------------------------------------
+   after the parameters changed: replace the model's share of this step's
+   MD forces by the new model's, so the half-kicks use the model a fresh
+   force call (e.g. the set-up of the next run) would give; the trajectory
+   then does not depend on where runs or restarts split it
+------------------------------------------------------------------------- */
+
+void FixTorchFinetune::refresh_forces(const MLTorch::GraphInput &in, double **before)
+{
+  student->committee_changed();
+  md_forces(in, resid, nullptr);
+  double **f = atom->f;
+  const int nlocal = atom->nlocal;
+  for (int i = 0; i < nlocal; ++i)
+    for (int k = 0; k < 3; ++k) f[i][k] += resid[i][k] - before[i][k];
+}

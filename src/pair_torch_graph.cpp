@@ -1,0 +1,220 @@
+/* ----------------------------------------------------------------------
+   LAMMPS - Large-scale Atomic/Molecular Massively Parallel Simulator
+   https://www.lammps.org/, Sandia National Laboratories
+   LAMMPS development team: developers@lammps.org
+
+   ML-TORCH package: TorchScript machine-learned potentials.
+   Distributed under the GNU General Public License, version 2.
+------------------------------------------------------------------------- */
+
+/* ----------------------------------------------------------------------
+   pair_style torch: the graph of the model contract built from LAMMPS's
+   neighbor list (local atoms, ghost atoms, edges within the cutoff), the
+   per-layer halo exchange of a layered model by this style's forward and
+   reverse communication, and edge gradients as atom forces
+------------------------------------------------------------------------- */
+
+#include "pair_torch.h"
+
+#include "atom.h"
+#include "comm.h"
+#include "domain.h"
+#include "error.h"
+#include "lmp_compat.h"
+#include "neigh_list.h"
+#include "platform.h"
+#include "update.h"
+
+#include "mltorch/halo.h"
+#include "mltorch/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+using namespace LAMMPS_NS;
+
+/* ----------------------------------------------------------------------
+   graph from the neighbor list: nodes [0, ncounted) are the local atoms of
+   this style (their energies count), then ghost-list centres, then any
+   other neighbor; edges are all pairs closer than the model cutoff
+------------------------------------------------------------------------- */
+
+void PairTorch::build_graph()
+{
+  // x is one contiguous block: x0[3 * j] saves the row pointer load per pair
+  const double *x0 = atom->x[0];
+  const int *type = atom->type;
+  const int nall = atom->nlocal + atom->nghost;
+  const int inum = list->inum;
+  const int ncentre = inum + (ghostneigh ? list->gnum : 0);
+  const int *ilist = list->ilist;
+  const int *numneigh = list->numneigh;
+  int **firstneigh = list->firstneigh;
+  const double cutsq_model = cutoff * cutoff;
+  // with NULL types (pair_style hybrid) their atoms are no neighbours
+  bool all_typed = true;
+  for (int t = 1; t <= atom->ntypes; ++t) all_typed = all_typed && type2species[t] >= 0;
+
+  atom2node.assign(nall, -1);
+  node2atom.clear();
+  species.clear();
+  auto node_of = [&](int a) {
+    if (atom2node[a] < 0) {
+      atom2node[a] = static_cast<int>(node2atom.size());
+      node2atom.push_back(a);
+      species.push_back(type2species[type[a]]);
+    }
+    return atom2node[a];
+  };
+  // centres: the local atoms, then the ghost centres that can reach a local energy
+  const GhostReach reach = ghost_reach();
+  centres.clear();
+  for (int ii = 0; ii < ncentre; ii++)
+    if (ii < inum || reach.needed(atom->x[ilist[ii]])) {
+      centres.push_back(ilist[ii]);
+      node_of(ilist[ii]);
+    }
+  ncounted = inum;
+
+  edge_vec.clear();
+  edge_index.clear();    // centres first; neighbours gathered in edge_nbr
+  edge_nbr.clear();
+  for (const int i : centres) {
+    const int64_t ni = atom2node[i];
+    const double xi = x0[3 * i], yi = x0[3 * i + 1], zi = x0[3 * i + 2];
+    const int *jlist = firstneigh[i];
+    const int jnum = numneigh[i];
+    for (int jj = 0; jj < jnum; jj++) {
+      const int j = jlist[jj] & NEIGHMASK;
+      if (!all_typed && type2species[type[j]] < 0) continue;
+      const double dx = x0[3 * j] - xi, dy = x0[3 * j + 1] - yi, dz = x0[3 * j + 2] - zi;
+      if (dx * dx + dy * dy + dz * dz >= cutsq_model) continue;
+      edge_vec.insert(edge_vec.end(), {dx, dy, dz});
+      edge_index.push_back(ni);
+      edge_nbr.push_back(node_of(j));
+    }
+  }
+  edge_index.insert(edge_index.end(), edge_nbr.begin(), edge_nbr.end());
+  graph_size[0] = static_cast<double>(node2atom.size());
+  graph_size[1] = static_cast<double>(edge_nbr.size());
+}
+
+/* ----------------------------------------------------------------------
+   which ghost centres can feed a local energy: with L message-passing
+   layers information travels at most L edges (each shorter than the
+   cutoff), so edges centred on a ghost atom farther than (L-1) cutoffs from
+   every local atom never reach a local energy, and are not built. Local
+   atoms stay within skin/2 of this subdomain between neighbor list builds,
+   so "farther than (L-1) rc + skin from the subdomain box" is safe.
+   Triclinic boxes keep every ghost centre (the box is not orthogonal).
+------------------------------------------------------------------------- */
+
+PairTorch::GhostReach PairTorch::ghost_reach() const
+{
+  GhostReach r;
+  r.prune = ghostneigh && nlayers > 1 && !domain->triclinic;
+  const double reach = (nlayers - 1) * cutoff + neighbor->skin;
+  r.reach_sq = reach * reach;
+  for (int d = 0; d < 3; ++d) {
+    r.lo[d] = domain->sublo[d];
+    r.hi[d] = domain->subhi[d];
+  }
+  return r;
+}
+
+/* ---------------------------------------------------------------------- */
+
+void PairTorch::graph_input(MLTorch::GraphInput &in) const
+{
+  in.n_nodes = static_cast<int64_t>(node2atom.size());
+  in.n_local = ncounted;
+  in.n_edges = static_cast<int64_t>(edge_nbr.size());
+  in.edge_vectors = edge_vec.data();
+  in.edge_index = edge_index.data();
+  in.species = species.data();
+  in.halo = halo_exchanger();
+}
+
+/* ---------------------------------------------------------------------- */
+
+void PairTorch::training_graph(MLTorch::GraphInput &in)
+{
+  build_graph();
+  graph_input(in);
+}
+
+/* ---------------------------------------------------------------------- */
+
+void PairTorch::add_edge_forces(const double *edge_grad, double *dst, int stride) const
+{
+  const std::size_t nedges = edge_nbr.size();
+  for (std::size_t e = 0; e < nedges; ++e) {
+    double *fi = dst + static_cast<std::size_t>(node2atom[edge_index[e]]) * stride;
+    double *fj = dst + static_cast<std::size_t>(node2atom[edge_nbr[e]]) * stride;
+    for (int k = 0; k < 3; ++k) {
+      fi[k] += edge_grad[3 * e + k];
+      fj[k] -= edge_grad[3 * e + k];
+    }
+  }
+}
+
+/* ----------------------------------------------------------------------
+   the halo exchange on the current graph (nodes [0, ncounted) are the
+   owned atoms): owners' rows to their ghost copies, periodic images on
+   this rank included, by LAMMPS's forward communication; the adjoint sums
+   every ghost copy's row into its owner by reverse communication
+------------------------------------------------------------------------- */
+
+void PairTorch::halo_forward(const double *owned, double *all, int width)
+{
+  const int nall = atom->nlocal + atom->nghost;
+  const std::size_t w = width;
+  halo_buf.assign(static_cast<std::size_t>(nall) * w, 0.0);
+  for (int n = 0; n < ncounted; ++n)
+    std::memcpy(halo_buf.data() + node2atom[n] * w, owned + n * w, sizeof(double) * w);
+  commflag = COMM_FEATURES;
+  comm_width = width;
+  MLTorchCompat::forward_comm(comm, this, width);
+  commflag = COMM_MEMBER_FORCES;
+  const std::size_t nnodes = node2atom.size();
+  for (std::size_t n = 0; n < nnodes; ++n)
+    std::memcpy(all + n * w, halo_buf.data() + node2atom[n] * w, sizeof(double) * w);
+}
+
+void PairTorch::halo_reverse(const double *all, double *owned, int width)
+{
+  const int nall = atom->nlocal + atom->nghost;
+  const std::size_t w = width;
+  halo_buf.assign(static_cast<std::size_t>(nall) * w, 0.0);
+  const std::size_t nnodes = node2atom.size();
+  for (std::size_t n = 0; n < nnodes; ++n)
+    std::memcpy(halo_buf.data() + node2atom[n] * w, all + n * w, sizeof(double) * w);
+  commflag = COMM_FEATURES;
+  comm_width = width;
+  MLTorchCompat::reverse_comm(comm, this, width);
+  commflag = COMM_MEMBER_FORCES;
+  for (int n = 0; n < ncounted; ++n)
+    std::memcpy(owned + n * w, halo_buf.data() + node2atom[n] * w, sizeof(double) * w);
+}
+
+/* ----------------------------------------------------------------------
+   first force call of a run with a message-passing model: the ghost atoms
+   per rank (thick ghosts grow with the layer count, the exchange does not)
+------------------------------------------------------------------------- */
+
+void PairTorch::log_ghost_counts(double nnodes)
+{
+  log_ghosts = false;
+  const double mine[3] = {static_cast<double>(atom->nghost), nnodes, static_cast<double>(atom->nlocal)};
+  double lo[3], hi[3], sum[3];
+  MPI_Allreduce(mine, lo, 3, MPI_DOUBLE, MPI_MIN, world);
+  MPI_Allreduce(mine, hi, 3, MPI_DOUBLE, MPI_MAX, world);
+  MPI_Allreduce(mine, sum, 3, MPI_DOUBLE, MPI_SUM, world);
+  if (comm->me == 0)
+    utils::logmesg(lmp,
+                   "pair_style torch: {}: ghost atoms per rank {:.0f} to {:.0f} (mean {:.1f}), "
+                   "graph nodes per rank {:.0f} to {:.0f} for {:.0f} owned atoms\n",
+                   use_exchange ? "halo exchange" : "thick ghosts", lo[0], hi[0],
+                   sum[0] / comm->nprocs, lo[1], hi[1], sum[2]);
+}

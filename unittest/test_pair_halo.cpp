@@ -1,0 +1,341 @@
+/* ----------------------------------------------------------------------
+   ML-TORCH: pair_style torch through the LAMMPS library API, part two
+   (the same test program as test_pair_lammps.cpp): NVE energy conservation,
+   the per-layer halo exchange against thick ghosts, committees and their
+   deviation.
+------------------------------------------------------------------------- */
+
+#include "pair_fixtures.h"
+
+/* ----------------------------------------------------------------------
+   energy conservation with the shipped Si model: 512 atoms, 1 fs, 5 ps NVE
+   (run by its own ctest entry: --gtest_filter=NVE.*)
+------------------------------------------------------------------------- */
+
+TEST(NVE, SiliconLocalModelConservesEnergy)
+{
+  Lammps l;
+  l.cmds({"units metal", "atom_modify map array", "boundary p p p", "lattice diamond 5.431",
+          "region box block 0 4 0 4 0 4", "create_box 1 box", "create_atoms 1 box",
+          "mass 1 28.0855", "velocity all create 600.0 87287 loop geom", "pair_style torch",
+          "pair_coeff * * " + potentials + "/si_local.pt Si", "neighbor 1.0 bin",
+          "timestep 0.001", "fix nve all nve", "thermo 100", "thermo_style custom step temp pe etotal",
+          "run 0 post no"});
+  const double natoms = static_cast<double>(l.natoms());
+  const double e0 = l.thermo("etotal");
+  double worst = 0.0;
+  for (int block = 0; block < 50; block++) {
+    l.cmd("run 100 post no");
+    worst = std::max(worst, std::fabs(l.thermo("etotal") - e0) / natoms);
+  }
+  const double drift = (l.thermo("etotal") - e0) / natoms;
+  if (me == 0)
+    std::printf("[ NVE      ] 512 Si atoms, 5 ps at 1 fs: drift %.3e eV/atom, largest excursion %.3e eV/atom, "
+                "final T %.1f K\n", drift, worst, l.thermo("temp"));
+  EXPECT_LT(std::fabs(drift), 1e-4);
+  EXPECT_LT(worst, 1e-4);
+  EXPECT_GT(l.thermo("temp"), 100.0);    // the crystal really moved
+}
+
+/* ---------------------------------------------------------------------- */
+
+/* ----------------------------------------------------------------------
+   per-layer halo exchange vs thick ghosts, the same layered model: energy,
+   forces, global and per-atom virial, per-atom energy at set-up and after
+   NVE steps (atoms migrate, lists are rebuilt), orthogonal and triclinic,
+   with an empty rank (slab), and in a box so small that a rank holds
+   periodic images of its own atoms; 1-4 ranks (ctest HaloExchange_np*)
+------------------------------------------------------------------------- */
+
+struct HaloCase {
+  std::string name, model;
+  int nrep;
+  bool triclinic, slab;
+};
+
+static void PrintTo(const HaloCase &c, std::ostream *os)
+{
+  *os << c.name;
+}
+
+class HaloExchange : public ::testing::TestWithParam<HaloCase> {};
+
+TEST_P(HaloExchange, EqualsThickGhosts)
+{
+  const HaloCase &c = GetParam();
+  const std::string coeff = "\npair_coeff * * " + c.model + " Si";
+  System sys{c.name, crystal("lattice diamond 5.431", 28.0855, c.triclinic, c.nrep, c.slab),
+             "pair_style torch halo thick" + coeff, "pair_style torch" + coeff, true, false};
+  const auto thick = simulate(sys, false, 5);
+  const auto exchange = simulate(sys, true, 5);
+  const double tol = 1e-12;
+  for (int k = 0; k < 2; k++) {
+    const auto &a = exchange[k], &b = thick[k];
+    const std::string tag = c.name + (k == 0 ? " run0" : " run5");
+    const double dpe = std::fabs(a.pe - b.pe) / std::fabs(b.pe);
+    const double dvir = max_rel_dev(a.virial, b.virial);
+    const double df = max_rel_dev(a.f, b.f);
+    const double dx = max_rel_dev(a.x, b.x);
+    const double dpa = max_rel_dev(a.peatom, b.peatom);
+    const double dsa = max_rel_dev(a.satom, b.satom);
+    EXPECT_LE(dpe, tol) << tag << " energy " << a.pe << " vs " << b.pe;
+    EXPECT_LE(dvir, tol) << tag << " virial";
+    EXPECT_LE(df, tol) << tag << " forces";
+    EXPECT_LE(dx, tol) << tag << " positions";
+    EXPECT_LE(dpa, tol) << tag << " per-atom energy";
+    EXPECT_LE(dsa, tol) << tag << " per-atom virial";
+    report(tag + " pe", dpe);
+    report(tag + " f", df);
+    report(tag + " virial", dvir);
+    report(tag + " pe/atom", dpa);
+    report(tag + " stress/atom", dsa);
+  }
+}
+
+static const std::string mp2 = potentials + "/si_mp2.pt", mp4 = test_models + "/si_mp4_layered.pt";
+INSTANTIATE_TEST_SUITE_P(Layered, HaloExchange,
+                         ::testing::Values(HaloCase{"mp2", mp2, 3, false, false},
+                                           HaloCase{"mp2_triclinic", mp2, 3, true, false},
+                                           HaloCase{"mp2_slab", mp2, 3, false, true},
+                                           HaloCase{"mp2_self_images", mp2, 1, false, false},
+                                           HaloCase{"mp4", mp4, 2, false, false},
+                                           HaloCase{"mp4_triclinic", mp4, 2, true, false},
+                                           HaloCase{"mp4_slab", mp4, 2, false, true},
+                                           HaloCase{"mp4_self_images", mp4, 1, true, false}),
+                         [](const auto &info) { return info.param.name; });
+
+/* ----------------------------------------------------------------------
+   a committee of 3 and 4 members inside pair_style hybrid/overlay: its
+   per-member reverse communication (3 values per member and atom) needs
+   more than the buffers pair_style hybrid sized from its sub-styles' flags
+   before pair_coeff; the deviation equals the plain committee's
+------------------------------------------------------------------------- */
+
+TEST(CommitteeInHybrid, DeviationEqualsPlainCommittee)
+{
+  const std::string c = potentials + "/si_crystal_c";
+  for (const std::string files : {c + "0.pt " + c + "1.pt " + c + "2.pt ",
+                                  c + "0.pt " + c + "1.pt " + c + "2.pt " + potentials + "/si_local.pt "}) {
+    std::vector<double> dev[2], vec[2];
+    for (int hybrid = 0; hybrid < 2; ++hybrid) {
+      Lammps l;
+      l.cmds(crystal("lattice diamond 5.431", 28.0855, false, 2));
+      if (hybrid)
+        l.cmds({"pair_style hybrid/overlay torch zero 4.0", "pair_coeff * * torch " + files + "Si",
+                "pair_coeff * * zero"});
+      else
+        l.cmds({"pair_style torch", "pair_coeff * * " + files + "Si"});
+      l.cmds({"compute dev all torch/deviation", "thermo_style custom step pe c_dev[*]",
+              "run 0 post no"});
+      EXPECT_GE(l.lmp->force->pair->comm_reverse, 9);
+      dev[hybrid] = l.gather("c_dev", 2);
+      vec[hybrid] = l.compute_vector("dev", 10);
+    }
+    const double d = max_rel_dev(dev[1], dev[0]), dv = max_rel_dev(vec[1], vec[0]);
+    if (me == 0)
+      std::printf("[ hybrid   ] committee in hybrid/overlay, %d rank(s): per-atom deviation %.2e, "
+                  "statistics %.2e vs the plain committee\n", nprocs, d, dv);
+    EXPECT_LE(d, 1e-12);
+    EXPECT_LE(dv, 1e-12);
+    EXPECT_GT(vec[0][0], 0.0);
+  }
+}
+
+/* ----------------------------------------------------------------------
+   forces through the exchange are the derivatives of the energy: a
+   five-point central difference of the total energy by atom positions
+   (h = 1e-3 A), for atoms owned by different ranks, 4-layer model
+------------------------------------------------------------------------- */
+
+TEST(HaloFiniteDifferences, ForcesAreEnergyDerivatives)
+{
+  Lammps l;
+  l.cmds(crystal("lattice diamond 5.431", 28.0855, true, 2));
+  l.cmds({"pair_style torch", "pair_coeff * * " + mp4 + " Si", "thermo_modify format float %.17g",
+          "run 0 post no"});
+  const auto f = l.gather("f", 3);
+  const double h = 1e-3;
+  double worst = 0.0, fmax = 0.0;
+  for (int id : {1, 22, 47, 64})
+    for (int d = 0; d < 3; ++d) {
+      double e[4];
+      const double steps[4] = {-2 * h, -h, h, 2 * h};
+      for (int k = 0; k < 4; ++k) {
+        const std::string mv = std::to_string(steps[k]);
+        const std::string v[3] = {d == 0 ? mv : "0", d == 1 ? mv : "0", d == 2 ? mv : "0"};
+        l.cmds({"group one id " + std::to_string(id),
+                "displace_atoms one move " + v[0] + " " + v[1] + " " + v[2] + " units box",
+                "run 0 post no"});
+        e[k] = l.lmp->force->pair->eng_vdwl;
+        double sum = 0.0;
+        MPI_Allreduce(&e[k], &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        e[k] = sum;
+        const std::string back = std::to_string(-steps[k]);
+        const std::string b[3] = {d == 0 ? back : "0", d == 1 ? back : "0", d == 2 ? back : "0"};
+        l.cmds({"displace_atoms one move " + b[0] + " " + b[1] + " " + b[2] + " units box",
+                "group one delete"});
+      }
+      const double fd = -(e[0] - 8 * e[1] + 8 * e[2] - e[3]) / (12 * h);
+      worst = std::max(worst, std::fabs(fd - f[3 * (id - 1) + d]));
+      fmax = std::max(fmax, std::fabs(f[3 * (id - 1) + d]));
+    }
+  if (me == 0)
+    std::printf("[ halo FD  ] 4 layers, 64 atoms, %d rank(s): forces vs -dE/dx %.2e eV/A (largest "
+                "force %.3g)\n", nprocs, worst, fmax);
+  EXPECT_GT(fmax, 0.1);
+  EXPECT_LE(worst, 1e-8 * std::max(1.0, fmax));
+}
+
+/* ----------------------------------------------------------------------
+   the exchange's ghost shell is one cutoff (+ skin) whatever the depth;
+   thick ghosts grow with it; the log says which is used
+------------------------------------------------------------------------- */
+
+TEST(HaloGhosts, OneCutoffOfGhostsWhateverTheDepth)
+{
+  auto ghosts = [](const std::string &style, const std::string &model) {
+    Lammps l;
+    l.cmds(crystal("lattice diamond 5.431", 28.0855, false, 3));
+    l.cmds({style, "pair_coeff * * " + model + " Si", "run 0 post no"});
+    double mine = l.lmp->atom->nghost, sum = 0.0;
+    MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    return sum;
+  };
+  const double g2 = ghosts("pair_style torch", mp2), g4 = ghosts("pair_style torch", mp4);
+  const double t2 = ghosts("pair_style torch halo thick", mp2),
+               t4 = ghosts("pair_style torch halo thick", mp4);
+  const double local = ghosts("pair_style torch", potentials + "/si_local.pt");
+  if (me == 0)
+    std::printf("[ ghosts   ] 216 Si atoms, %d rank(s): exchange %.0f (2 layers) %.0f (4 layers), "
+                "thick %.0f / %.0f, one-cutoff model %.0f\n", nprocs, g2, g4, t2, t4, local);
+  EXPECT_EQ(g2, local);
+  EXPECT_EQ(g4, local);
+  EXPECT_GT(t2, 1.5 * g2);
+  EXPECT_GT(t4, 1.5 * t2);
+}
+
+/* ----------------------------------------------------------------------
+   committee: the deviation of compute torch/deviation (per atom and its
+   group statistics) equals DeePMD-kit's model deviation computed here from
+   the members on the independent brute-force graph; 'committee mean' runs
+   MD on the mean of the members' forces
+------------------------------------------------------------------------- */
+
+struct CommitteeCase {
+  std::string name;
+  std::vector<std::string> files;
+  int layers;
+};
+
+static void PrintTo(const CommitteeCase &c, std::ostream *os)
+{
+  *os << c.name;
+}
+
+class Committee : public ::testing::TestWithParam<CommitteeCase> {};
+
+TEST_P(Committee, DeviationEqualsIndependentEvaluation)
+{
+  const auto &c = GetParam();
+  std::string files;
+  for (const auto &f : c.files) files += f + " ";
+  for (const std::string mode : {"first", "mean"}) {
+    Lammps l;
+    l.cmds(crystal("lattice diamond 5.431", 28.0855, false, 2));
+    l.cmds({"pair_style torch committee " + mode, "pair_coeff * * " + files + "Si",
+            "compute dev all torch/deviation", "thermo_style custom step pe c_dev[*]",
+            "run 0 post no"});
+    const auto dev = l.gather("c_dev", 2);
+    const auto vec = l.compute_vector("dev", 10);
+    const auto x = l.gather("x", 3);
+    const auto f = l.gather("f", 3);
+    const std::size_t n = l.natoms();
+    ASSERT_EQ(n, 64u);
+    const auto *boxlo = static_cast<double *>(lammps_extract_global(l.lmp, "boxlo"));
+    const auto *boxhi = static_cast<double *>(lammps_extract_global(l.lmp, "boxhi"));
+    std::array<std::array<double, 3>, 3> cell{
+        {{boxhi[0] - boxlo[0], 0, 0}, {0, boxhi[1] - boxlo[1], 0}, {0, 0, boxhi[2] - boxlo[2]}}};
+    const std::vector<int64_t> species(n, 0);
+    const int nm = static_cast<int>(c.files.size());
+    std::vector<std::vector<double>> forces(nm), energies(nm);
+    std::vector<double> etot(nm), fmean(3 * n, 0.0), wtot(9 * nm, 0.0);
+    for (int m = 0; m < nm; ++m) {
+      MLTorch::Model model(MLTorch::read_file(c.files[m]), c.files[m], "cpu");
+      const auto g = MLTorchTest::build_reference_graph(x, species, cell, {true, true, true}, 1,
+                                                        model.metadata().cutoff);
+      MLTorch::GraphOutput out;
+      model.evaluate(g.input(), out, true);
+      forces[m].assign(3 * n, 0.0);
+      for (std::size_t e = 0; e < g.centre.size(); ++e)
+        for (int d = 0; d < 3; ++d) {
+          forces[m][3 * g.owner[g.centre[e]] + d] += out.edge_grad[3 * e + d];
+          forces[m][3 * g.owner[g.neighbour[e]] + d] -= out.edge_grad[3 * e + d];
+          for (int b = 0; b < 3; ++b)
+            wtot[9 * m + 3 * d + b] -= g.edge_vectors[3 * e + d] * out.edge_grad[3 * e + b];
+        }
+      energies[m] = out.node_energy;
+      etot[m] = out.energy;
+      for (std::size_t k = 0; k < 3 * n; ++k) fmean[k] += forces[m][k] / nm;
+    }
+    // the definition, written out independently of the core's helper
+    std::vector<double> ref(2 * n);
+    double stats[6] = {-1, 1e300, 0, -1, 1e300, 0};
+    for (std::size_t i = 0; i < n; ++i) {
+      double vf = 0.0, ve = 0.0, em = 0.0;
+      for (int m = 0; m < nm; ++m) em += energies[m][i] / nm;
+      for (int m = 0; m < nm; ++m) {
+        for (int d = 0; d < 3; ++d) vf += std::pow(forces[m][3 * i + d] - fmean[3 * i + d], 2) / nm;
+        ve += std::pow(energies[m][i] - em, 2) / nm;
+      }
+      ref[2 * i] = std::sqrt(vf);
+      ref[2 * i + 1] = std::sqrt(ve);
+      for (int k = 0; k < 2; ++k) {
+        stats[3 * k] = std::max(stats[3 * k], ref[2 * i + k]);
+        stats[3 * k + 1] = std::min(stats[3 * k + 1], ref[2 * i + k]);
+        stats[3 * k + 2] += ref[2 * i + k] / n;
+      }
+    }
+    double emean = 0.0, evar = 0.0;
+    for (int m = 0; m < nm; ++m) emean += etot[m] / nm;
+    for (int m = 0; m < nm; ++m) evar += std::pow(etot[m] - emean, 2) / nm;
+    std::vector<double> ref_vec(stats, stats + 6);
+    ref_vec.push_back(std::sqrt(evar) / n);
+    // virial deviation: std over members of each of the 9 components, / N
+    double vstat[3] = {-1.0, 1e300, 0.0};
+    for (int k = 0; k < 9; ++k) {
+      double mean = 0.0, var = 0.0;
+      for (int m = 0; m < nm; ++m) mean += wtot[9 * m + k] / nm;
+      for (int m = 0; m < nm; ++m) var += std::pow(wtot[9 * m + k] - mean, 2) / nm;
+      const double dv = std::sqrt(var) / n;
+      vstat[0] = std::max(vstat[0], dv);
+      vstat[1] = std::min(vstat[1], dv);
+      vstat[2] += dv * dv;
+    }
+    // DeePMD-kit's avg_devi_v: np.linalg.norm(devi_v) / 3 (root mean square)
+    vstat[2] = std::sqrt(vstat[2]) / 3.0;
+    ref_vec.insert(ref_vec.end(), vstat, vstat + 3);
+
+    const double dd = max_rel_dev(dev, ref);
+    const double dv = max_rel_dev(vec, ref_vec);
+    report(c.name + " " + mode + " per-atom deviation", dd);
+    report(c.name + " " + mode + " deviation statistics", dv);
+    EXPECT_LE(dd, 1e-10);
+    EXPECT_LE(dv, 1e-10);
+    // a committee that agrees would make the check empty
+    EXPECT_GE(ref_vec[0], 1e-3) << "members agree too closely for a meaningful test";
+    const double df = max_rel_dev(f, mode == "mean" ? fmean : forces[0]);
+    report(c.name + " " + mode + " MD forces vs reference", df);
+    EXPECT_LE(df, 1e-10);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, Committee,
+    ::testing::Values(
+        CommitteeCase{"si_crystal_committee",
+                      {potentials + "/si_crystal_c0.pt", potentials + "/si_crystal_c1.pt",
+                       potentials + "/si_crystal_c2.pt"},
+                      1},
+        CommitteeCase{"si_mp2_perturbed",
+                      {potentials + "/si_mp2.pt", test_models + "/si_mp2_perturbed.pt"}, 2}),
+    [](const auto &info) { return info.param.name; });
