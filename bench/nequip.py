@@ -4,6 +4,7 @@
     .venv/bin/python bench/nequip.py [--peer-src DIR] [--lmp build/lmp] [--cells 2 4 8]
                                    [--ranks 1 2] [--steps 3] [--pairs 1]
                                    [--peer-model auto|pt2|pth] [--ckpt CKPT] [--smoke]
+                                   [--compiled PKG]
 
 The peer is `pair_style nequip` of mir-group/pair_nequip_allegro, which is not
 on PyPI: --peer-src DIR names a checkout of https://github.com/mir-group/pair_nequip_allegro
@@ -182,6 +183,10 @@ def main():
                     help="nequip-compile output for pair_nequip: AOTInductor package, TorchScript, "
                          "or the package with TorchScript if it fails to run (default)")
     ap.add_argument("--smoke", action="store_true", help="64 atoms, 1 step, 1 and 2 ranks")
+    ap.add_argument("--compiled", default=None,
+                    help="also run this compiled package of the imported model (mltorch-compile of "
+                         "`mltorch-import nequip CKPT --dtype float64`, about 6 minutes on 2 cores), "
+                         "against pair_nequip's own compiled model")
     args = ap.parse_args()
     if args.smoke:
         args.cells, args.ranks, args.steps, args.pairs = [2], [1, 2], 1, 1
@@ -241,6 +246,17 @@ def main():
                 if ranks == 1 and "step" in e:
                     peer1 = dict(e)
                 ref = e if "step" in e else peer1
+                if args.compiled:
+                    c = run_once(lmp, "torch", os.path.abspath(args.compiled), "", cells, ranks,
+                                 args.steps, tmp)
+                    if "failed" in c:
+                        print(f"compiled failed: {c['failed']}")
+                        failures += 1
+                    else:
+                        print(f"  compiled: {c['step']:.3f} s/step, {atoms / c['step']:.1f} atom-steps/s"
+                              + (f", nequip/compiled {ref['step'] / c['step']:.2f}" if ref else "")
+                              + (f", max |dF| vs nequip {float(np.abs(ref['forces'] - c['forces']).max()):.2g}"
+                                 if ref else ""), flush=True)
                 if "failed" in e:
                     if not deployed:
                         note = "peer not given" if not args.peer_src else "no nequip model"

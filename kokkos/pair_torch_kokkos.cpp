@@ -82,7 +82,7 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::settings(int narg,
   bool device_given = false;
   for (int i = 0; i < narg; ++i) {
     if (strcmp(arg[i], "pad") == 0) {
-      if (i + 3 > narg) MLTorchCompat::missing_args(FLERR, "pair_style torch/kk pad", error);
+      if (i + 3 > narg) MLTorchLmp::missing_args(FLERR, "pair_style torch/kk pad", error);
       pad_nodes = utils::bnumeric(FLERR, arg[i + 1], false, lmp);
       pad_edges = utils::bnumeric(FLERR, arg[i + 2], false, lmp);
       if (pad_nodes < 2 || pad_edges < 1)
@@ -101,7 +101,7 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::settings(int narg,
   // refuse it rather than silently replace it.
   const bool device_space = !std::is_same<typename DeviceType::memory_space, Kokkos::HostSpace>::value;
   if (device_space) {
-    const std::string kokkos_device = MLTorchCompat::kokkos_torch_device<DeviceType>();
+    const std::string kokkos_device = MLTorchLmp::kokkos_torch_device<DeviceType>();
     if (device_given && device_name != kokkos_device && device_name != "cuda")
       error->all(FLERR,
                  "Pair style torch/kk on the Kokkos device runs the model where the atoms are "
@@ -123,7 +123,7 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::init_style()
                       "'-pk kokkos newton on neigh half' (KOKKOS sets newton off on GPUs by "
                       "default) or use 'package kokkos newton on neigh half' in the input");
   PairTorch::init_style();
-  MLTorchCompat::kokkos_request<DeviceType>(neighbor, this);
+  MLTorchLmp::kokkos_request<DeviceType>(neighbor, this);
 
   const int ntypes = atom->ntypes;
   for (int t = 1; t <= ntypes; ++t)
@@ -418,8 +418,8 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::compute(int eflag_
   if (vflag_global)
     for (int k = 0; k < 6; ++k) virial[k] += vsum[k];
 
-  if (eflag_atom) MLTorchCompat::modified_sync_host<DeviceType>(k_eatom);
-  if (vflag_atom) MLTorchCompat::modified_sync_host<DeviceType>(k_vatom);
+  if (eflag_atom) MLTorchLmp::modified_sync_host<DeviceType>(k_eatom);
+  if (vflag_atom) MLTorchLmp::modified_sync_host<DeviceType>(k_vatom);
   time_pair += platform::walltime() - t_start;
 }
 
@@ -567,214 +567,6 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::training_graph(MLT
   }
   ncounted = atom->nlocal;
   graph_input(in);
-}
-
-/* ----------------------------------------------------------------------
-   the per-layer halo exchange on KOKKOS data. Features live by atom in
-   k_halo ([nall][width], grown 1.5x, never shrunk). In compute() the graph
-   rows are device memory (zero-copy tensors); for fix torch/finetune and
-   the committee deviation (training_graph) they are host memory. Local
-   node n is atom n; other nodes map to atoms through d_atom_of.
-------------------------------------------------------------------------- */
-
-template <class DeviceType>
-void PairTorchKokkos<DeviceType>::halo_rows_in(const double *rows, int64_t nrows, int width,
-                                               bool scatter)
-{
-  const int64_t nv = nrows * width;
-  Kokkos::View<const double *, DeviceType, Kokkos::MemoryTraits<Kokkos::Unmanaged>> src;
-  Kokkos::View<double *, DeviceType> copy;
-  if (halo_device_rows || nv == 0) {
-    src = decltype(src)(rows, nv);
-  } else {
-    copy = Kokkos::View<double *, DeviceType>("torch/kk:halo_rows", nv);
-    Kokkos::deep_copy(copy, Kokkos::View<const double *, Kokkos::HostSpace,
-                                         Kokkos::MemoryTraits<Kokkos::Unmanaged>>(rows, nv));
-    src = copy;
-  }
-  auto d = k_halo.template view<DeviceType>();
-  auto atom_of = d_atom_of;
-  const int64_t w = width;
-  const int64_t nreal = scatter ? std::min<int64_t>(nrows, nnodes_real) : nrows;
-  Kokkos::parallel_for(
-      "torch/kk:halo_rows_in", Kokkos::RangePolicy<DeviceType, Kokkos::IndexType<int64_t>>(0, nreal * w),
-      KOKKOS_LAMBDA(int64_t v) {
-        const int64_t n = v / w, k = v % w;
-        const int64_t a = scatter ? atom_of(n) : n;
-        d(a * w + k) = src(v);
-      });
-  k_halo.template modify<DeviceType>();
-}
-
-template <class DeviceType>
-void PairTorchKokkos<DeviceType>::halo_rows_out(double *rows, int64_t nrows, int width, bool gather)
-{
-  const int64_t nv = nrows * width;
-  if (nv == 0) return;
-  k_halo.template sync<DeviceType>();
-  Kokkos::View<double *, DeviceType, Kokkos::MemoryTraits<Kokkos::Unmanaged>> dst;
-  Kokkos::View<double *, DeviceType> copy;
-  if (halo_device_rows) {
-    dst = decltype(dst)(rows, nv);
-  } else {
-    copy = Kokkos::View<double *, DeviceType>("torch/kk:halo_rows", nv);
-    dst = copy;
-  }
-  auto d = k_halo.template view<DeviceType>();
-  auto atom_of = d_atom_of;
-  const int64_t w = width;
-  const int64_t nreal = gather ? nnodes_real : nrows;
-  Kokkos::parallel_for(
-      "torch/kk:halo_rows_out", Kokkos::RangePolicy<DeviceType, Kokkos::IndexType<int64_t>>(0, nv),
-      KOKKOS_LAMBDA(int64_t v) {
-        const int64_t n = v / w, k = v % w;
-        // padding rows (the dummy atom) get zeros
-        dst(v) = (n < nreal) ? d((gather ? atom_of(n) : n) * w + k) : 0.0;
-      });
-  if (!halo_device_rows)
-    Kokkos::deep_copy(Kokkos::View<double *, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(rows, nv),
-                      copy);
-  typename DeviceType::execution_space().fence("torch/kk: halo rows ready for LibTorch");
-}
-
-// k_halo holds [nall][width]: grown with 50% headroom, never shrunk
-template <class DeviceType> void PairTorchKokkos<DeviceType>::ensure_halo_capacity(int width)
-{
-  const int64_t need = static_cast<int64_t>(atom->nlocal + atom->nghost) * width;
-  if (static_cast<int64_t>(k_halo.extent(0)) < need || k_halo.extent(0) == 0) {
-    k_halo = Kokkos::DualView<double *, DeviceType>(
-        "torch/kk:halo", std::max<int64_t>({need + need / 2, MIN_CAPACITY}));
-    capacity_changes += 1.0;
-  }
-}
-
-template <class DeviceType>
-void PairTorchKokkos<DeviceType>::halo_forward(const double *owned, double *all, int width)
-{
-  ensure_halo_capacity(width);
-  halo_rows_in(owned, atom->nlocal, width, false);
-  commflag = COMM_FEATURES;
-  comm_width = width;
-  MLTorchCompat::forward_comm(comm, static_cast<Pair *>(this), width);
-  commflag = COMM_MEMBER_FORCES;
-  halo_rows_out(all, halo_device_rows ? nnodes_model : nnodes_real, width, true);
-}
-
-template <class DeviceType>
-void PairTorchKokkos<DeviceType>::halo_reverse(const double *all, double *owned, int width)
-{
-  ensure_halo_capacity(width);
-  k_halo.template sync<DeviceType>();
-  Kokkos::deep_copy(k_halo.template view<DeviceType>(), 0.0);
-  halo_rows_in(all, halo_device_rows ? nnodes_model : nnodes_real, width, true);
-  commflag = COMM_FEATURES;
-  comm_width = width;
-  // device packing for this reverse communication only: the committee's
-  // member forces travel through the host buffers
-  reverse_comm_device = 1;
-  MLTorchCompat::reverse_comm(comm, static_cast<Pair *>(this), width);
-  reverse_comm_device = 0;
-  commflag = COMM_MEMBER_FORCES;
-  halo_rows_out(owned, atom->nlocal, width, false);
-}
-
-template <class DeviceType>
-int PairTorchKokkos<DeviceType>::pack_forward_comm_kokkos(int n, DAT::tdual_int_1d k_sendlist,
-                                                          DAT::tdual_double_1d &buf, int, int *)
-{
-  k_halo.template sync<DeviceType>();
-  auto list = k_sendlist.template view<DeviceType>();
-  auto b = buf.template view<DeviceType>();
-  auto d = k_halo.template view<DeviceType>();
-  const int w = comm_width;
-  Kokkos::parallel_for(
-      "torch/kk:halo_pack_forward", Kokkos::RangePolicy<DeviceType>(0, n * w), KOKKOS_LAMBDA(int v) {
-        b(v) = d(static_cast<int64_t>(list(v / w)) * w + v % w);
-      });
-  return n * w;
-}
-
-template <class DeviceType>
-void PairTorchKokkos<DeviceType>::unpack_forward_comm_kokkos(int n, int first, DAT::tdual_double_1d &buf)
-{
-  auto b = buf.template view<DeviceType>();
-  auto d = k_halo.template view<DeviceType>();
-  const int w = comm_width;
-  Kokkos::parallel_for(
-      "torch/kk:halo_unpack_forward", Kokkos::RangePolicy<DeviceType>(0, n * w),
-      KOKKOS_LAMBDA(int v) { d(static_cast<int64_t>(first) * w + v) = b(v); });
-  k_halo.template modify<DeviceType>();
-}
-
-template <class DeviceType>
-int PairTorchKokkos<DeviceType>::pack_reverse_comm_kokkos(int n, int first, DAT::tdual_double_1d &buf)
-{
-  k_halo.template sync<DeviceType>();
-  auto b = buf.template view<DeviceType>();
-  auto d = k_halo.template view<DeviceType>();
-  const int w = comm_width;
-  Kokkos::parallel_for(
-      "torch/kk:halo_pack_reverse", Kokkos::RangePolicy<DeviceType>(0, n * w),
-      KOKKOS_LAMBDA(int v) { b(v) = d(static_cast<int64_t>(first) * w + v); });
-  return n * w;
-}
-
-template <class DeviceType>
-void PairTorchKokkos<DeviceType>::unpack_reverse_comm_kokkos(int n, DAT::tdual_int_1d k_sendlist,
-                                                             DAT::tdual_double_1d &buf)
-{
-  auto list = k_sendlist.template view<DeviceType>();
-  auto b = buf.template view<DeviceType>();
-  auto d = k_halo.template view<DeviceType>();
-  const int w = comm_width;
-  // the atoms of one swap are distinct: no two threads add to one value
-  Kokkos::parallel_for(
-      "torch/kk:halo_unpack_reverse", Kokkos::RangePolicy<DeviceType>(0, n * w),
-      KOKKOS_LAMBDA(int v) { d(static_cast<int64_t>(list(v / w)) * w + v % w) += b(v); });
-  k_halo.template modify<DeviceType>();
-}
-
-// host packing (the package option 'comm host', torch/kk/host): the host copy of k_halo
-template <class DeviceType>
-int PairTorchKokkos<DeviceType>::pack_forward_comm(int n, int *list, double *buf, int, int *)
-{
-  k_halo.sync_host();
-  const std::size_t w = comm_width;
-  for (int i = 0; i < n; ++i)
-    for (std::size_t k = 0; k < w; ++k) buf[i * w + k] = k_halo.view_host()(list[i] * w + k);
-  return n * comm_width;
-}
-
-template <class DeviceType>
-void PairTorchKokkos<DeviceType>::unpack_forward_comm(int n, int first, double *buf)
-{
-  k_halo.sync_host();
-  const std::size_t w = comm_width;
-  for (std::size_t v = 0; v < n * w; ++v) k_halo.view_host()(first * w + v) = buf[v];
-  k_halo.modify_host();
-}
-
-template <class DeviceType> int PairTorchKokkos<DeviceType>::pack_reverse_comm(int n, int first, double *buf)
-{
-  if (commflag != COMM_FEATURES) return PairTorch::pack_reverse_comm(n, first, buf);
-  k_halo.sync_host();
-  const std::size_t w = comm_width;
-  for (std::size_t v = 0; v < n * w; ++v) buf[v] = k_halo.view_host()(first * w + v);
-  return n * comm_width;
-}
-
-template <class DeviceType>
-void PairTorchKokkos<DeviceType>::unpack_reverse_comm(int n, int *list, double *buf)
-{
-  if (commflag != COMM_FEATURES) {
-    PairTorch::unpack_reverse_comm(n, list, buf);
-    return;
-  }
-  k_halo.sync_host();
-  const std::size_t w = comm_width;
-  for (int i = 0; i < n; ++i)
-    for (std::size_t k = 0; k < w; ++k) k_halo.view_host()(list[i] * w + k) += buf[i * w + k];
-  k_halo.modify_host();
 }
 
 /* ----------------------------------------------------------------------

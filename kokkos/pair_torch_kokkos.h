@@ -29,7 +29,7 @@ template <class DeviceType> class PairTorchKokkos : public PairTorch, public Kok
  public:
   typedef DeviceType device_type;
   typedef ArrayTypes<DeviceType> AT;
-  using KK = MLTorchCompat::KokkosTypes<DeviceType>;
+  using KK = MLTorchLmp::KokkosTypes<DeviceType>;
 
   PairTorchKokkos(class LAMMPS *);
   ~PairTorchKokkos() override;

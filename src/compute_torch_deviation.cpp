@@ -15,7 +15,7 @@
 #include "force.h"
 #include "lmp_compat.h"
 #include "memory.h"
-#include "pair_torch.h"
+#include "torch_student.h"
 #include "update.h"
 
 #include "mltorch/committee.h"
@@ -41,7 +41,7 @@ ComputeTorchDeviation::ComputeTorchDeviation(LAMMPS *lmp, int narg, char **arg) 
     if (!f && !v)
       error->all(FLERR, "Illegal compute torch/deviation keyword {} (expected relative or "
                         "relative_v)", arg[iarg]);
-    if (iarg + 2 > narg) MLTorchCompat::missing_args(FLERR, "compute torch/deviation", error);
+    if (iarg + 2 > narg) MLTorchLmp::missing_args(FLERR, "compute torch/deviation", error);
     const double level = utils::numeric(FLERR, arg[iarg + 1], false, lmp);
     if (!(level > 0.0))
       error->all(FLERR, "Illegal compute torch/deviation {} level {}: must be > 0", arg[iarg],
@@ -65,9 +65,9 @@ ComputeTorchDeviation::~ComputeTorchDeviation()
 
 /* ---------------------------------------------------------------------- */
 
-PairTorch *ComputeTorchDeviation::find_pair()
+TorchStudent *ComputeTorchDeviation::find_pair()
 {
-  auto *p = dynamic_cast<PairTorch *>(force->pair_match("^torch", 0));
+  auto *p = TorchStudent::of(force);
   if (!p)
     error->all(FLERR, "Compute torch/deviation needs pair_style torch (alone or in pair_style "
                       "hybrid) with a committee: pair_coeff * * model1.pt model2.pt ... elements");
@@ -95,7 +95,7 @@ void ComputeTorchDeviation::compute_vector()
 {
   invoked_vector = update->ntimestep;
   // found at every call: the pair style may have been replaced since init()
-  PairTorch *pair = find_pair();
+  TorchStudent *pair = find_pair();
   const auto &d = pair->committee_deviation();
   const int nlocal = atom->nlocal;
   const int *mask = atom->mask;

@@ -85,7 +85,7 @@ void FinetuneReplicas::check_consistent(const std::string &fingerprint, bool bro
     failure = fmt::format("Fix torch/finetune: cannot take the parameters of universe rank 0: {}",
                           e.what());
   }
-  MLTorchMPI::stop_collectively(error, universe->uworld, failure.empty(), failure);
+  MLTorchLmp::stop_collectively(error, universe->uworld, failure.empty(), failure);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -112,7 +112,7 @@ void FinetuneReplicas::agree(const std::string &agreed)
   }
   const std::string text =
       agreed.empty() ? agreed : fmt::format("{} (in partition {})", agreed, universe->iworld + 1);
-  MLTorchMPI::stop_collectively(error, universe->uworld, text.empty(), text, false);
+  MLTorchLmp::stop_collectively(error, universe->uworld, text.empty(), text, false);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -157,7 +157,7 @@ void FinetuneReplicas::save(const std::string &path,
   }
   // replicas wait for each other in reductions: an error on one of them
   // alone would leave the others hanging
-  MLTorchMPI::stop_collectively(error, universe->uworld, message.empty(), message);
+  MLTorchLmp::stop_collectively(error, universe->uworld, message.empty(), message);
   if (comm->me == 0 && log)
     utils::logmesg(lmp, "fix torch/finetune: saved {} after {} updates to {}{}\n",
                    nm > 1 ? "the committee" : "model", nupdates, path,

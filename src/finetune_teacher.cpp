@@ -139,7 +139,7 @@ void FinetuneTeacher::init(Pair *student)
                  "atoms reach only {}; add 'comm_modify cutoff {}' (teacher cutoff + skin) to the "
                  "input before the run",
                  style_, cut_teacher, cut_student, have, need);
-    MLTorchCompat::set_request_cutoff(neighbor, pair, cut_teacher);
+    MLTorchLmp::set_request_cutoff(neighbor, pair, cut_teacher);
   }
 }
 

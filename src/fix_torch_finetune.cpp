@@ -31,7 +31,7 @@
 #include "memory.h"
 #include "mltorch_mpi.h"
 #include "modify.h"
-#include "pair_torch.h"
+#include "torch_student.h"
 #include "platform.h"
 #include "universe.h"
 #include "update.h"
@@ -75,7 +75,7 @@ FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
   nevery = set->nevery;
 
   // the student: the pair_style torch model the MD runs with
-  student = dynamic_cast<PairTorch *>(force->pair_match("^torch", 0));
+  student = TorchStudent::of(force);
   if (!student && force->pair_match("^torch", 0, 2))
     error->all(FLERR, "Fix torch/finetune trains one model, but pair_style hybrid has several torch "
                       "sub-styles; train them in separate runs, each with one torch sub-style");
@@ -189,7 +189,7 @@ void FixTorchFinetune::init()
   // the pair style must still run the model this fix trains (the same
   // object: a reloaded file, another pair style in between, or a new
   // pair_coeff all give another one)
-  auto *pair = dynamic_cast<PairTorch *>(force->pair_match("^torch", 0));
+  auto *pair = TorchStudent::of(force);
   bool same = pair && pair->committee_size() == static_cast<int>(members.size());
   for (std::size_t m = 0; same && m < members.size(); ++m)
     same = pair->member(static_cast<int>(m)) == members[m];
@@ -203,7 +203,7 @@ void FixTorchFinetune::init()
   if (utils::strmatch(update->integrate_style, "^respa"))
     error->all(FLERR, "Fix torch/finetune does not support run_style respa; use run_style verlet");
 
-  teacher->init(student);
+  teacher->init(force->pair_match("^torch", 0));
   // LAMMPS sizes its communication buffers from force->pair and the fixes:
   // the teacher (not force->pair) communicates through them too (e.g. eam
   // 1/1, meam 38/30 values per atom, a layered torch model its features)
@@ -322,7 +322,7 @@ void FixTorchFinetune::post_force(int /*vflag*/)
 void FixTorchFinetune::reverse_comm_into(double **target)
 {
   reverse_target = target;
-  MLTorchCompat::reverse_comm(comm, this);
+  MLTorchLmp::reverse_comm(comm, this);
 }
 
 /* ---------------------------------------------------------------------- */

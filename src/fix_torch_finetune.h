@@ -70,7 +70,7 @@ class FixTorchFinetune : public Fix {
   // the pair style running the model: set when the fix is defined and by
   // every init(); between runs it may be gone (another pair_style), so only
   // run-time code uses it
-  class PairTorch *student;
+  class TorchStudent *student;
   // the models, shared with the pair style that loaded them: they stay valid
   // for the fix (restart files, saves) whatever happens to the pair style
   std::shared_ptr<MLTorch::Model> model_;    // member 0, the MD model

@@ -27,17 +27,17 @@ void FixTorchFinetune::parse_settings(LAMMPS *lmp, int narg, char **arg,
                                       MLTorch::FinetuneSettings &s)
 {
   Error *error = lmp->error;
-  if (narg < 4) MLTorchCompat::missing_args(FLERR, "fix torch/finetune", error);
+  if (narg < 4) MLTorchLmp::missing_args(FLERR, "fix torch/finetune", error);
   s.nevery = utils::inumeric(FLERR, arg[3], false, lmp);
   if (s.nevery < 1)
     error->all(FLERR, "Fix torch/finetune: training interval N = {} must be >= 1", s.nevery);
 
   auto number = [&](int i, const char *what) {
-    if (i >= narg) MLTorchCompat::missing_args(FLERR, std::string("fix torch/finetune ") + what, error);
+    if (i >= narg) MLTorchLmp::missing_args(FLERR, std::string("fix torch/finetune ") + what, error);
     return utils::numeric(FLERR, arg[i], false, lmp);
   };
   auto integer = [&](int i, const char *what) {
-    if (i >= narg) MLTorchCompat::missing_args(FLERR, std::string("fix torch/finetune ") + what, error);
+    if (i >= narg) MLTorchLmp::missing_args(FLERR, std::string("fix torch/finetune ") + what, error);
     return utils::inumeric(FLERR, arg[i], false, lmp);
   };
   static const std::vector<std::string> keywords{
@@ -76,7 +76,7 @@ void FixTorchFinetune::parse_settings(LAMMPS *lmp, int narg, char **arg,
         error->all(FLERR, "Fix torch/finetune learning rate {} must be > 0", arg[iarg + 1]);
       iarg += 2;
     } else if (kw == "optimizer") {
-      if (iarg + 2 > narg) MLTorchCompat::missing_args(FLERR, "fix torch/finetune optimizer", error);
+      if (iarg + 2 > narg) MLTorchLmp::missing_args(FLERR, "fix torch/finetune optimizer", error);
       s.opt.kind = arg[iarg + 1];
       if (s.opt.kind != "adam" && s.opt.kind != "adamw" && s.opt.kind != "sgd")
         error->all(FLERR, "Fix torch/finetune optimizer {} is unknown: use adam, adamw or sgd",
@@ -92,7 +92,7 @@ void FixTorchFinetune::parse_settings(LAMMPS *lmp, int narg, char **arg,
         error->all(FLERR, "Fix torch/finetune momentum must be in [0,1)");
       iarg += 2;
     } else if (kw == "schedule") {
-      if (iarg + 2 > narg) MLTorchCompat::missing_args(FLERR, "fix torch/finetune schedule", error);
+      if (iarg + 2 > narg) MLTorchLmp::missing_args(FLERR, "fix torch/finetune schedule", error);
       auto &sch = s.schedule;
       sch.kind = arg[iarg + 1];
       if (sch.kind == "constant") {
@@ -138,7 +138,7 @@ void FixTorchFinetune::parse_settings(LAMMPS *lmp, int narg, char **arg,
       iarg += 2;
     } else if (kw == "save") {
       s.save_every = integer(iarg + 1, "save");
-      if (iarg + 3 > narg) MLTorchCompat::missing_args(FLERR, "fix torch/finetune save", error);
+      if (iarg + 3 > narg) MLTorchLmp::missing_args(FLERR, "fix torch/finetune save", error);
       s.save_file = arg[iarg + 2];
       if (s.save_every < 0) error->all(FLERR, "Fix torch/finetune save interval must be >= 0");
       iarg += 3;

@@ -10,7 +10,7 @@
 /* ----------------------------------------------------------------------
    fix torch/finetune: the stages of a labelling step and the update after
    a round. The gradient of a configuration spread over the ranks of a
-   replica (DESIGN.md): every rank computes the partial forces of its graph,
+   replica (doc/fix_torch_finetune.rst, "Exact distributed gradient"): every rank computes the partial forces of its graph,
    LAMMPS reverse communication sums them on the owners, owners form the
    residual weights, forward communication copies them to every ghost image,
    and each rank back-propagates its weighted share; the sum over ranks is
@@ -26,7 +26,7 @@
 #include "finetune_replicas.h"
 #include "finetune_teacher.h"
 #include "lmp_compat.h"
-#include "pair_torch.h"
+#include "torch_student.h"
 #include "update.h"
 
 #include "mltorch/committee.h"
@@ -115,7 +115,7 @@ void FixTorchFinetune::train_current(const MLTorch::GraphInput &in)
       const bool covered = student->species_of_type(type[i]) >= 0;
       for (int k = 0; k < 3; ++k) resid[i][k] = covered ? t.cf * (fpart[i][k] - fref[i][k]) : 0.0;
     }
-    MLTorchCompat::forward_comm(comm, this);
+    MLTorchLmp::forward_comm(comm, this);
     auto &weights = weight_buf;
     weights.resize(3 * in.n_nodes);
     for (int64_t n = 0; n < in.n_nodes; ++n)
@@ -168,7 +168,7 @@ void FixTorchFinetune::store_replay(const MLTorch::GraphInput &in, double e_ref,
     resid[node2atom[n]][0] = comm->me;
     resid[node2atom[n]][1] = static_cast<double>(n);
   }
-  MLTorchCompat::forward_comm(comm, this);
+  MLTorchLmp::forward_comm(comm, this);
   std::vector<int> owner_rank, owner_slot;
   for (int64_t n = in.n_local; n < in.n_nodes; ++n) {
     owner_rank.push_back(static_cast<int>(resid[node2atom[n]][0]));

@@ -19,7 +19,7 @@
 #include <string>
 
 namespace LAMMPS_NS {
-namespace MLTorchCompat {
+namespace MLTorchLmp {
 
   // "missing argument(s)" ERROR of a command
   inline void missing_args(const std::string &file, int line, const std::string &cmd,
@@ -105,7 +105,7 @@ namespace MLTorchCompat {
 #endif
   }
 
-}    // namespace MLTorchCompat
+}    // namespace MLTorchLmp
 }    // namespace LAMMPS_NS
 
 #endif
@@ -133,7 +133,7 @@ namespace MLTorchCompat {
 #endif
 
 namespace LAMMPS_NS {
-namespace MLTorchCompat {
+namespace MLTorchLmp {
 
   // view types of positions, forces and per-atom energy/virial
   template <class DeviceType> struct KokkosTypes {
@@ -199,7 +199,7 @@ namespace MLTorchCompat {
 #endif
   }
 
-}    // namespace MLTorchCompat
+}    // namespace MLTorchLmp
 }    // namespace LAMMPS_NS
 
 #endif

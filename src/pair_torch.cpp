@@ -35,7 +35,7 @@
 
 using namespace LAMMPS_NS;
 
-using MLTorchMPI::join_words;
+using MLTorchLmp::join_words;
 
 static const char cite_ml_torch[] =
     "ML-TORCH package (pair_style torch, fix torch/finetune):\n\n"
@@ -111,6 +111,13 @@ MLTorch::HaloExchange *PairTorch::halo_exchanger() const
 
 /* ---------------------------------------------------------------------- */
 
+TorchStudent *TorchStudent::of(Force *force)
+{
+  return dynamic_cast<PairTorch *>(force->pair_match("^torch", 0));
+}
+
+/* ---------------------------------------------------------------------- */
+
 void PairTorch::allocate()
 {
   allocated = 1;
@@ -139,17 +146,17 @@ void PairTorch::settings(int narg, char **arg)
   int iarg = 0;
   while (iarg < narg) {
     if (strcmp(arg[iarg], "threads") == 0) {
-      if (iarg + 2 > narg) MLTorchCompat::missing_args(FLERR, "pair_style torch threads", error);
+      if (iarg + 2 > narg) MLTorchLmp::missing_args(FLERR, "pair_style torch threads", error);
       nthreads = utils::inumeric(FLERR, arg[iarg + 1], false, lmp);
       if (nthreads < 1)
         error->all(FLERR, "Illegal pair_style torch threads value {}: must be >= 1", nthreads);
       iarg += 2;
     } else if (strcmp(arg[iarg], "device") == 0) {
-      if (iarg + 2 > narg) MLTorchCompat::missing_args(FLERR, "pair_style torch device", error);
+      if (iarg + 2 > narg) MLTorchLmp::missing_args(FLERR, "pair_style torch device", error);
       device_name = arg[iarg + 1];
       iarg += 2;
     } else if (strcmp(arg[iarg], "committee") == 0) {
-      if (iarg + 2 > narg) MLTorchCompat::missing_args(FLERR, "pair_style torch committee", error);
+      if (iarg + 2 > narg) MLTorchLmp::missing_args(FLERR, "pair_style torch committee", error);
       if (strcmp(arg[iarg + 1], "first") == 0)
         committee_mean = false;
       else if (strcmp(arg[iarg + 1], "mean") == 0)
@@ -159,7 +166,7 @@ void PairTorch::settings(int narg, char **arg)
                    arg[iarg + 1]);
       iarg += 2;
     } else if (strcmp(arg[iarg], "halo") == 0) {
-      if (iarg + 2 > narg) MLTorchCompat::missing_args(FLERR, "pair_style torch halo", error);
+      if (iarg + 2 > narg) MLTorchLmp::missing_args(FLERR, "pair_style torch halo", error);
       if (strcmp(arg[iarg + 1], "thick") == 0)
         halo_thick = true;
       else if (strcmp(arg[iarg + 1], "exchange") == 0)
@@ -204,7 +211,7 @@ std::string PairTorch::torch_device() const
 
 void PairTorch::collective_check(bool ok, const std::string &message)
 {
-  MLTorchMPI::stop_collectively(error, world, ok, message);
+  MLTorchLmp::stop_collectively(error, world, ok, message);
 }
 
 /* ----------------------------------------------------------------------
@@ -216,7 +223,7 @@ void PairTorch::coeff(int narg, char **arg)
 {
   if (!allocated) allocate();
   const int ntypes = atom->ntypes;
-  if (narg < 3) MLTorchCompat::missing_args(FLERR, "pair_coeff torch", error);
+  if (narg < 3) MLTorchLmp::missing_args(FLERR, "pair_coeff torch", error);
   if (strcmp(arg[0], "*") != 0 || strcmp(arg[1], "*") != 0)
     error->all(FLERR, "Pair style torch requires 'pair_coeff * * model.pt El1 ... El{}'", ntypes);
   const int nfiles = narg - 2 - ntypes;
@@ -252,8 +259,8 @@ void PairTorch::coeff(int narg, char **arg)
       }
     }
     collective_check(ok, message);
-    MLTorchMPI::broadcast_bytes(path, 0, world);
-    MLTorchMPI::broadcast_bytes(bytes, 0, world);
+    MLTorch::broadcast_bytes(path, 0, world);
+    MLTorch::broadcast_bytes(bytes, 0, world);
     std::shared_ptr<MLTorch::Model> loaded;
     try {
       loaded = std::make_shared<MLTorch::Model>(bytes, path, torch_device());
@@ -396,7 +403,7 @@ void PairTorch::init_style()
                "hybrid sub-style; use it as the only pair style",
                model_file, nlayers);
 
-  MLTorchCompat::request_full_list(neighbor, this, nlayers > 1 && !use_exchange, instance_me);
+  MLTorchLmp::request_full_list(neighbor, this, nlayers > 1 && !use_exchange, instance_me);
 
   // pair_style hybrid took its sub-styles' communication sizes in its
   // settings, before pair_coeff gave this style its committee (3 values per

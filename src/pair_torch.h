@@ -17,6 +17,7 @@ PairStyle(torch,PairTorch);
 #define LMP_PAIR_TORCH_H
 
 #include "pair.h"
+#include "torch_student.h"
 
 #include <exception>
 #include <memory>
@@ -32,7 +33,7 @@ struct GraphOutput;
 
 namespace LAMMPS_NS {
 
-class PairTorch : public Pair {
+class PairTorch : public Pair, public TorchStudent {
  public:
   PairTorch(class LAMMPS *);
   ~PairTorch() override;
@@ -56,67 +57,34 @@ class PairTorch : public Pair {
   // Collective; host buffers. torch/kk overrides them for device buffers.
   virtual void halo_forward(const double *owned, double *all, int width);
   virtual void halo_reverse(const double *all, double *owned, int width);
-  // true when this style evaluates its layered model(s) with the exchange
-  bool halo_exchange() const { return use_exchange; }
 
-  // the loaded model (nullptr before pair_coeff); fixes that keep using it
-  // (fix torch/finetune) hold it through shared_model(), so it outlives a
-  // replaced pair style or a new pair_coeff
-  MLTorch::Model *model() { return model_.get(); }
-  std::shared_ptr<MLTorch::Model> shared_model() const { return model_; }
-
-  // --- committee: several model files in pair_coeff -----------------------
-  // member 0 is model(); MD runs on member 0 ('committee first', default)
-  // or on the mean of all members ('committee mean')
-  int committee_size() const { return static_cast<int>(members.size()); }
-  std::shared_ptr<MLTorch::Model> member(int m) const { return members[m]; }
-  const std::string &member_path(int m) const { return member_files[m]; }
-  const std::string &member_hash(int m) const { return member_hashes[m]; }
-  bool md_on_mean() const { return committee_mean; }
-  // the committee deviation of the current configuration (DeePMD-kit's model
-  // deviation): per owned atom, columns devi_f = sqrt(<|F_m - <F>|^2>) and
-  // devi_e = sqrt(<(e_m - <e>)^2>) over the members m (atomic energies e);
-  // and every member's total energy. Evaluated on demand, at most once per
-  // force call (an updated model invalidates it); collective over the world.
-  struct Deviation {
-    std::vector<double> atom;            // [nlocal][2]: devi_f, devi_e
-    std::vector<double> force_mean;      // [nlocal] |<F>|, the committee mean force's magnitude
-    std::vector<double> member_energy;   // [members] total energy
-    std::vector<double> member_virial;   // [members][9] W_ab = -sum r_a g_b (xx xy xz yx ... zz)
-    double natoms = 0.0;                 // atoms the models cover, all ranks
-  };
-  const Deviation &committee_deviation();
-  // the parameters of some member changed (fix torch/finetune): forget the
-  // deviation and the member outputs of the last force call
-  void committee_changed() { stamp_members = stamp_deviation = stamp_output = -1; }
-  // the MD force model on a graph: member 0, or the mean of all members
-  void evaluate_md(const MLTorch::GraphInput &in, MLTorch::GraphOutput &out);
-  // the MD model's output of the last force call, if still valid (nullptr
-  // after a parameter change, and for variants that keep it elsewhere)
-  virtual const MLTorch::GraphOutput *md_output() const
+  // --- TorchStudent: what fix torch/finetune and compute torch/deviation use
+  MLTorch::Model *model() override { return model_.get(); }
+  std::shared_ptr<MLTorch::Model> shared_model() const override { return model_; }
+  const std::string &model_hash() const override { return model_hash_; }
+  const std::string &model_path() const override { return model_file; }
+  int committee_size() const override { return static_cast<int>(members.size()); }
+  std::shared_ptr<MLTorch::Model> member(int m) const override { return members[m]; }
+  const std::string &member_path(int m) const override { return member_files[m]; }
+  const std::string &member_hash(int m) const override { return member_hashes[m]; }
+  bool md_on_mean() const override { return committee_mean; }
+  int species_of_type(int type) const override { return type2species[type]; }
+  const Deviation &committee_deviation() override;
+  void committee_changed() override { stamp_members = stamp_deviation = stamp_output = -1; }
+  void training_graph(MLTorch::GraphInput &in) override;
+  const std::vector<int> &graph_atoms() const override { return node2atom; }
+  bool halo_exchange() const override { return use_exchange; }
+  void evaluate_md(const MLTorch::GraphInput &in, MLTorch::GraphOutput &out) override;
+  const MLTorch::GraphOutput *md_output() const override
   {
     return stamp_output == ncompute ? output.get() : nullptr;
   }
+  void add_edge_forces(const double *edge_grad, double *dst, int stride) const override;
+  void sync_host_for_fix() override {}
+  void host_forces_modified() override {}
+
   // a private instance (a fix's teacher): not the pair style of the run
   void set_private_instance() { private_instance = true; }
-  // for fix torch/finetune: the graph of the current step, built from the
-  // current neighbor list exactly as compute() builds it; graph_atoms()
-  // maps its nodes to local/ghost atom indices
-  virtual void training_graph(MLTorch::GraphInput &in);
-  // the graph the committee deviation is evaluated on (host buffers)
-  virtual void deviation_graph(MLTorch::GraphInput &in) { training_graph(in); }
-  const std::vector<int> &graph_atoms() const { return node2atom; }
-  // edge gradients g_e of the current graph as atom forces: F_i += g_ij,
-  // F_j -= g_ij into dst[atom * stride + k] (local and ghost atoms)
-  void add_edge_forces(const double *edge_grad, double *dst, int stride) const;
-  int species_of_type(int type) const { return type2species[type]; }
-  const std::string &model_hash() const { return model_hash_; }
-  const std::string &model_path() const { return model_file; }
-  // for fixes that read or change per-atom data on the host only on some
-  // steps (their KOKKOS data masks are empty): make the host copies current,
-  // and say that host forces were changed. No-ops outside KOKKOS.
-  virtual void sync_host_for_fix() {}
-  virtual void host_forces_modified() {}
 
   // ghost atoms whose edges can reach a local energy (message-passing models);
   // public because torch/kk captures it in device lambdas (CUDA forbids
@@ -173,6 +141,8 @@ class PairTorch : public Pair {
   struct HaloComm;
   std::unique_ptr<HaloComm> halo;     // the MLTorch::HaloExchange handed to the model
   MLTorch::HaloExchange *halo_exchanger() const;    // it, when this style uses the exchange
+  // the graph the committee deviation is evaluated on (host buffers)
+  virtual void deviation_graph(MLTorch::GraphInput &in) { training_graph(in); }
   bool centroid_supported = true;    // false: this variant computes no centroid virial
   std::vector<int> type2species;    // LAMMPS type -> model species, -1 for NULL
 

@@ -175,7 +175,7 @@ void PairTorch::halo_forward(const double *owned, double *all, int width)
     std::memcpy(halo_buf.data() + node2atom[n] * w, owned + n * w, sizeof(double) * w);
   commflag = COMM_FEATURES;
   comm_width = width;
-  MLTorchCompat::forward_comm(comm, this, width);
+  MLTorchLmp::forward_comm(comm, this, width);
   commflag = COMM_MEMBER_FORCES;
   const std::size_t nnodes = node2atom.size();
   for (std::size_t n = 0; n < nnodes; ++n)
@@ -192,7 +192,7 @@ void PairTorch::halo_reverse(const double *all, double *owned, int width)
     std::memcpy(halo_buf.data() + node2atom[n] * w, all + n * w, sizeof(double) * w);
   commflag = COMM_FEATURES;
   comm_width = width;
-  MLTorchCompat::reverse_comm(comm, this, width);
+  MLTorchLmp::reverse_comm(comm, this, width);
   commflag = COMM_MEMBER_FORCES;
   for (int n = 0; n < ncounted; ++n)
     std::memcpy(owned + n * w, halo_buf.data() + node2atom[n] * w, sizeof(double) * w);

@@ -75,5 +75,5 @@ void WriteRestartAtomic::command(int narg, char **arg)
       why = fmt::format("write_restart/atomic: {}; the previous {} is unchanged", e.what(), file);
     }
   }
-  MLTorchMPI::stop_collectively(error, world, ok, why);
+  MLTorchLmp::stop_collectively(error, world, ok, why);
 }

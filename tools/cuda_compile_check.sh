@@ -59,19 +59,24 @@ echo "Kokkos headers: $src_inc of the Debian 13 root ($(sed -n 's/^#define KOKKO
 # positions, double accumulators), the common choice on GPUs
 for prec in DOUBLE_DOUBLE SINGLE_DOUBLE; do
   start=$(date +%s)
-  obj=$work/pair_torch_kokkos.$prec.o
-  rc=0
-  "$nvcc" -std=c++20 -x cu -arch=sm_90 --extended-lambda --expt-relaxed-constexpr -O2 -c \
-    -DLAMMPS_SMALLBIG -DLMP_KOKKOS -DLMP_KOKKOS_$prec -DLMP_KOKKOS_LAYOUT_LEGACY \
-    -DML_TORCH_KOKKOS_PRECISION_LAYER -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX \
-    -I"$k" -I"$lammps/src/KOKKOS" -I"$lammps/src" -I"$styles" -I"$here/src" -I"$here/src/core" -I"$here/kokkos" \
-    -I"$mpi_inc" "$here/kokkos/pair_torch_kokkos.cpp" -o "$obj" > "$work/nvcc.$prec.log" 2>&1 || rc=$?
-  head -n 60 "$work/nvcc.$prec.log"
-  [ "$rc" -eq 0 ] || { echo "CUDA compile check ($prec) FAILED (nvcc exit $rc; log $work/nvcc.$prec.log)"; exit 1; }
-  syms=$(nm -C "$obj" | grep -c " [TW] LAMMPS_NS::PairTorchKokkos<Kokkos::Cuda>::" || true)
-  # device kernels: one host launch stub per parallel_for/reduce/scan of ours
-  kernels=$(nm "$obj" | grep -v " b " | grep -c "__device_stub__.*PairTorchKokkos" || true)
-  echo "CUDA compile check ($prec) passed in $(( $(date +%s) - start )) s: $obj," \
+  syms=0
+  kernels=0
+  # the style's translation units (the halo exchange has its own)
+  for unit in pair_torch_kokkos pair_torch_kokkos_halo; do
+    obj=$work/$unit.$prec.o
+    rc=0
+    "$nvcc" -std=c++20 -x cu -arch=sm_90 --extended-lambda --expt-relaxed-constexpr -O2 -c \
+      -DLAMMPS_SMALLBIG -DLMP_KOKKOS -DLMP_KOKKOS_$prec -DLMP_KOKKOS_LAYOUT_LEGACY \
+      -DML_TORCH_KOKKOS_PRECISION_LAYER -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX \
+      -I"$k" -I"$lammps/src/KOKKOS" -I"$lammps/src" -I"$styles" -I"$here/src" -I"$here/src/core" -I"$here/kokkos" \
+      -I"$mpi_inc" "$here/kokkos/$unit.cpp" -o "$obj" > "$work/nvcc.$unit.$prec.log" 2>&1 || rc=$?
+    head -n 60 "$work/nvcc.$unit.$prec.log"
+    [ "$rc" -eq 0 ] || { echo "CUDA compile check ($prec, $unit.cpp) FAILED (nvcc exit $rc; log $work/nvcc.$unit.$prec.log)"; exit 1; }
+    syms=$(( syms + $(nm -C "$obj" | grep -c " [TW] LAMMPS_NS::PairTorchKokkos<Kokkos::Cuda>::" || true) ))
+    # device kernels: one host launch stub per parallel_for/reduce/scan of ours
+    kernels=$(( kernels + $(nm "$obj" | grep -v " b " | grep -c "__device_stub__.*PairTorchKokkos" || true) ))
+  done
+  echo "CUDA compile check ($prec) passed in $(( $(date +%s) - start )) s: kokkos/pair_torch_kokkos*.cpp," \
        "$syms PairTorchKokkos<Kokkos::Cuda> member functions, $kernels CUDA kernel launch stubs"
   [ "$syms" -gt 0 ] && [ "$kernels" -gt 0 ]
 done

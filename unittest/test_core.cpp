@@ -228,7 +228,7 @@ TEST(Float32, AgreesWithFloat64)
 }
 
 /* ----------------------------------------------------------------------
-   distributed training gradient (DESIGN.md): a configuration split over two
+   distributed training gradient (doc/fix_torch_finetune.rst, "Exact distributed gradient"): a configuration split over two
    "domains" (each owns half the atoms and sees every other atom or image as
    a ghost) gives, after summing partial forces on owners, forwarding the
    owners' residuals to ghost copies and adding the two parameter gradients,

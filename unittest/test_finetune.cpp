@@ -78,7 +78,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 /* ----------------------------------------------------------------------
    the same gradient without LAMMPS communication: teacher labels from
-   native pair_style sw, the loss gradient of DESIGN.md evaluated by the
+   native pair_style sw, the loss gradient of doc/fix_torch_finetune.rst evaluated by the
    core on an independent brute-force graph with explicit periodic images
 ------------------------------------------------------------------------- */
 

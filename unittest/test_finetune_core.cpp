@@ -17,7 +17,7 @@
 
 using MLTorch::UpdateAction;
 
-// the loss of DESIGN.md from hand-computed sums, and its coefficients as
+// the loss of doc/fix_torch_finetune.rst from hand-computed sums, and its coefficients as
 // derivatives of the loss (central differences in E, F_i and W_k)
 TEST(Loss, TermsAreTheLossAndItsDerivatives)
 {

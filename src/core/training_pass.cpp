@@ -1,7 +1,7 @@
 /* ----------------------------------------------------------------------
    ML-TORCH: TorchScript machine-learned potentials for LAMMPS.
    LAMMPS-independent core: the two passes of the distributed
-   gradient (DESIGN.md) on a model, and its parameter gradients.
+   gradient (doc/fix_torch_finetune.rst, "Exact distributed gradient") on a model, and its parameter gradients.
 ------------------------------------------------------------------------- */
 
 #include "model_impl.h"

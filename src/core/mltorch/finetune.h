@@ -6,7 +6,7 @@
    them, the loss of one configuration and the statistics of an update
    round, the trainable-parameter selection, and the update policy (step,
    skip or roll back, and the loss average behind it). doc/fix_torch_finetune.rst
-   documents the keywords, DESIGN.md the loss and its distributed gradient.
+   documents the keywords, doc/fix_torch_finetune.rst the loss and its distributed gradient.
 ------------------------------------------------------------------------- */
 
 #ifndef MLTORCH_CORE_FINETUNE_H

@@ -106,7 +106,7 @@ class Model {
   // if not null, node_energy [n_local]. Returns the energy of nodes [0, n_local).
   double evaluate_into(const GraphInput &in, double *edge_grad, double *node_energy) const;
 
-  // --- training support (the distributed gradient of DESIGN.md) ---------
+  // --- training support (doc/fix_torch_finetune.rst: the exact distributed gradient) ---------
   // Stage 1: energy of nodes [0, n_local) and the partial force this graph
   // puts on every node, node_forces [n_nodes][3] (F_i += g_ij, F_j -= g_ij),
   // keeping the autograd graph for stage 2.
