@@ -60,8 +60,7 @@ using namespace FixConst;
 FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
     Fix(lmp, narg, arg), set(std::make_unique<MLTorch::FinetuneSettings>()), student(nullptr),
     synced(false), pending(0), nmax(0),
-    fpart(nullptr), resid(nullptr), fref(nullptr), fmd(nullptr), resid_atom(nullptr),
-    reverse_target(nullptr)
+    fpart(nullptr), resid(nullptr), fref(nullptr), fmd(nullptr), resid_atom(nullptr)
 {
   // KOKKOS data masks (a fix's default is everything, synced to the host on
   // every step): empty, because the fix asks the pair for the host data on
@@ -301,7 +300,7 @@ void FixTorchFinetune::post_force(int /*vflag*/)
     // the MD model) or from the pair style's force call of this step
     double **before = fpart;
     if (!labelled || student->md_on_mean()) {
-      md_forces(in, fmd, student->md_output());
+      md_forces(in, COMM_FMD, student->md_output());
       before = fmd;
     }
     const bigint before_events = trainer->count.nupdates + trainer->count.nrollbacks;
@@ -313,16 +312,37 @@ void FixTorchFinetune::post_force(int /*vflag*/)
 }
 
 /* ----------------------------------------------------------------------
-   the fix's reverse communication of a per-atom [3] array: ghost shares
-   summed onto the owners (forces only, on the host: the atom style's
-   reverse comm would also sum torques or other per-atom data, and with
-   KOKKOS device communication CommKokkos would sum the device copy of f)
+   the fix's communication of a per-atom [3] array: ghost shares summed
+   onto the owners, owners' values copied to the ghosts (forces only, on
+   the host: the atom style's reverse comm would also sum torques or other
+   per-atom data, and with KOKKOS device communication CommKokkos would sum
+   the device copy of f)
 ------------------------------------------------------------------------- */
 
-void FixTorchFinetune::reverse_comm_into(double **target)
+void FixTorchFinetune::sum_to_owners(int which)
 {
-  reverse_target = target;
+  commflag = which;
   MLTorchLmp::reverse_comm(comm, this);
+}
+
+void FixTorchFinetune::copy_to_ghosts(int which)
+{
+  commflag = which;
+  MLTorchLmp::forward_comm(comm, this);
+}
+
+double **FixTorchFinetune::comm_array() const
+{
+  switch (commflag) {
+    case COMM_F:
+      return atom->f;
+    case COMM_FPART:
+      return fpart;
+    case COMM_FMD:
+      return fmd;
+    default:
+      return resid;
+  }
 }
 
 /* ---------------------------------------------------------------------- */
@@ -418,28 +438,32 @@ void FixTorchFinetune::restart(char *buf)
 int FixTorchFinetune::pack_forward_comm(int n, int *list, double *buf, int /*pbc_flag*/,
                                         int * /*pbc*/)
 {
+  double **a = comm_array();
   for (int i = 0; i < n; ++i)
-    for (int k = 0; k < 3; ++k) buf[3 * i + k] = resid[list[i]][k];
+    for (int k = 0; k < 3; ++k) buf[3 * i + k] = a[list[i]][k];
   return 3 * n;
 }
 
 void FixTorchFinetune::unpack_forward_comm(int n, int first, double *buf)
 {
+  double **a = comm_array();
   for (int i = 0; i < n; ++i)
-    for (int k = 0; k < 3; ++k) resid[first + i][k] = buf[3 * i + k];
+    for (int k = 0; k < 3; ++k) a[first + i][k] = buf[3 * i + k];
 }
 
 int FixTorchFinetune::pack_reverse_comm(int n, int first, double *buf)
 {
+  double **a = comm_array();
   for (int i = 0; i < n; ++i)
-    for (int k = 0; k < 3; ++k) buf[3 * i + k] = reverse_target[first + i][k];
+    for (int k = 0; k < 3; ++k) buf[3 * i + k] = a[first + i][k];
   return 3 * n;
 }
 
 void FixTorchFinetune::unpack_reverse_comm(int n, int *list, double *buf)
 {
+  double **a = comm_array();
   for (int i = 0; i < n; ++i)
-    for (int k = 0; k < 3; ++k) reverse_target[list[i]][k] += buf[3 * i + k];
+    for (int k = 0; k < 3; ++k) a[list[i]][k] += buf[3 * i + k];
 }
 
 /* ---------------------------------------------------------------------- */

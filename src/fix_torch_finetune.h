@@ -102,7 +102,11 @@ class FixTorchFinetune : public Fix {
   std::vector<tagint> lab_tags;    // the labels of the last labelled configuration
   std::vector<double> lab_forces;
   double lab_energy = 0.0, lab_virial[6] = {0, 0, 0, 0, 0, 0};
-  double **reverse_target;    // the array reverse comm sums into
+  // what pack/unpack_*_comm move (LAMMPS's commflag convention): atom->f or
+  // one of the work arrays, [3] per atom
+  enum { COMM_F, COMM_FPART, COMM_FMD, COMM_RESID };
+  int commflag = COMM_RESID;
+  double **comm_array() const;
   std::vector<double> node_buf, weight_buf;    // per-node forces and weights, reused
 
   void setup_trainable();
@@ -113,8 +117,10 @@ class FixTorchFinetune : public Fix {
                     double natoms);
   void take_step();
   void refresh_forces(const MLTorch::GraphInput &in, double **before);
-  void md_forces(const MLTorch::GraphInput &in, double **dst, const MLTorch::GraphOutput *given);
-  void reverse_comm_into(double **target);
+  void md_forces(const MLTorch::GraphInput &in, int which, const MLTorch::GraphOutput *given);
+  // the fix's communication of one [3] per-atom array (COMM_*)
+  void sum_to_owners(int which);
+  void copy_to_ghosts(int which);
   void save_model(const std::string &path);
 };
 

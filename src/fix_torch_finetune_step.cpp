@@ -71,7 +71,7 @@ void FixTorchFinetune::train_current(const MLTorch::GraphInput &in)
 
   // the labels, once for all members
   double e_ref_part = 0.0, w_ref_part[6];
-  teacher->label(fref, e_ref_part, w_ref_part, [this] { reverse_comm_into(atom->f); });
+  teacher->label(fref, e_ref_part, w_ref_part, [this] { sum_to_owners(COMM_F); });
   ++trainer->count.ncalls;
 
   // every member learns the labels (the last one treated is member 1, the
@@ -91,7 +91,7 @@ void FixTorchFinetune::train_current(const MLTorch::GraphInput &in)
       const int a = node2atom[n];
       for (int k = 0; k < 3; ++k) fpart[a][k] += node_forces[3 * n + k];
     }
-    reverse_comm_into(fpart);
+    sum_to_owners(COMM_FPART);
 
     // the configuration's loss from this rank's shares, summed over the replica
     double covered = 0.0, se_f_part = 0.0;
@@ -115,7 +115,7 @@ void FixTorchFinetune::train_current(const MLTorch::GraphInput &in)
       const bool covered = student->species_of_type(type[i]) >= 0;
       for (int k = 0; k < 3; ++k) resid[i][k] = covered ? t.cf * (fpart[i][k] - fref[i][k]) : 0.0;
     }
-    MLTorchLmp::forward_comm(comm, this);
+    copy_to_ghosts(COMM_RESID);
     auto &weights = weight_buf;
     weights.resize(3 * in.n_nodes);
     for (int64_t n = 0; n < in.n_nodes; ++n)
@@ -168,7 +168,7 @@ void FixTorchFinetune::store_replay(const MLTorch::GraphInput &in, double e_ref,
     resid[node2atom[n]][0] = comm->me;
     resid[node2atom[n]][1] = static_cast<double>(n);
   }
-  MLTorchLmp::forward_comm(comm, this);
+  copy_to_ghosts(COMM_RESID);
   std::vector<int> owner_rank, owner_slot;
   for (int64_t n = in.n_local; n < in.n_nodes; ++n) {
     owner_rank.push_back(static_cast<int>(resid[node2atom[n]][0]));
@@ -234,7 +234,7 @@ void FixTorchFinetune::take_step()
    comm) from its output on this graph, evaluated here if not given
 ------------------------------------------------------------------------- */
 
-void FixTorchFinetune::md_forces(const MLTorch::GraphInput &in, double **dst,
+void FixTorchFinetune::md_forces(const MLTorch::GraphInput &in, int which,
                                  const MLTorch::GraphOutput *given)
 {
   const int nall = atom->nlocal + atom->nghost;
@@ -243,11 +243,13 @@ void FixTorchFinetune::md_forces(const MLTorch::GraphInput &in, double **dst,
     student->evaluate_md(in, out);
     given = &out;
   }
+  commflag = which;
+  double **dst = comm_array();
   if (nall > 0) {
     std::memset(&dst[0][0], 0, sizeof(double) * 3 * nall);
     student->add_edge_forces(given->edge_grad.data(), &dst[0][0], 3);
   }
-  reverse_comm_into(dst);
+  sum_to_owners(which);
 }
 
 /* ----------------------------------------------------------------------
@@ -260,7 +262,7 @@ void FixTorchFinetune::md_forces(const MLTorch::GraphInput &in, double **dst,
 void FixTorchFinetune::refresh_forces(const MLTorch::GraphInput &in, double **before)
 {
   student->committee_changed();
-  md_forces(in, resid, nullptr);
+  md_forces(in, COMM_RESID, nullptr);
   double **f = atom->f;
   const int nlocal = atom->nlocal;
   for (int i = 0; i < nlocal; ++i)

@@ -1,11 +1,14 @@
 /* ----------------------------------------------------------------------
    ML-TORCH core tests of the MPI library (no LAMMPS), under mpirun on 2
    and 4 ranks: the collectives that keep ranks and replicas in step
-   (src/core/mltorch/collectives.h) and the replay buffer's storage,
-   eviction and exchange plan (src/core/mltorch/replay.h).
+   (src/core/mltorch/collectives.h), the replay buffer's storage,
+   eviction and exchange plan (src/core/mltorch/replay.h), and the
+   distributed update of fix torch/finetune (src/core/mltorch/distributed.h).
 ------------------------------------------------------------------------- */
 
 #include "mltorch/collectives.h"
+#include "mltorch/distributed.h"
+#include "mltorch/training.h"
 #include "mltorch/replay.h"
 
 #include "mpi_test_main.h"
@@ -13,10 +16,13 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
 static int me = 0, nprocs = 1;
+static const std::string potentials = ML_TORCH_POTENTIALS_DIR;
 
 TEST(Collectives, FirstFailureIsTheLowestFailingRanks)
 {
@@ -207,6 +213,102 @@ TEST(Replay, PicksAreDeterministicAndInRange)
   MPI_Allgather(picks.data(), 3, MPI_INT, all.data(), 3, MPI_INT, MPI_COMM_WORLD);
   for (int p = 0; p < nprocs; ++p)
     EXPECT_EQ(std::vector<int>(all.begin() + 3 * p, all.begin() + 3 * p + 3), picks);
+}
+
+/* ----------------------------------------------------------------------
+   the update after a round, on the ring: a fresh configuration and the
+   same one replayed give the mean of two equal gradients, i.e. the
+   gradient of one (summed over the ranks), bitwise the same on every rank;
+   the record restores the state it was taken from
+------------------------------------------------------------------------- */
+
+TEST(Trainer, UpdateAveragesOverRanksAndRestores)
+{
+  auto model = std::make_shared<MLTorch::Model>(MLTorch::read_file(potentials + "/si_local.pt"),
+                                                "si_local.pt", "cpu");
+  MLTorch::FinetuneSettings set;
+  set.replay_capacity = 4;
+  set.replay_mix = 1;
+  set.opt.kind = "sgd";
+  set.opt.lr = 1e-3;
+  MLTorch::DistributedTrainer tr(set, {model}, MPI_COMM_WORLD, MPI_COMM_WORLD);
+  auto piece = tr.replay.spare();
+  *piece = ring_piece();
+  for (std::size_t k = 0; k < piece->fref.size(); ++k) piece->fref[k] = 0.1 * (k % 3) - 0.05 * me;
+  piece->natoms = 3.0 * nprocs;
+  piece->e_ref = -4.5 * piece->natoms;
+  ASSERT_TRUE(tr.replay.store(std::move(piece), MPI_COMM_WORLD));
+  tr.end_round();    // stored before this round: eligible for replay
+
+  // the gradient of the stored configuration, summed over the ranks
+  auto &state = tr.state();
+  state.zero_grad();
+  ASSERT_EQ(MLTorch::replay_gradient(tr.replay[0], *model, set, false, MPI_COMM_WORLD), "");
+  std::vector<double> mine = state.gradient(), one(mine.size());
+  MPI_Allreduce(mine.data(), one.data(), static_cast<int>(mine.size()), MPI_DOUBLE, MPI_SUM,
+                MPI_COMM_WORLD);
+  double norm = 0.0;
+  for (double g : one) norm += g * g;
+  ASSERT_GT(norm, 0.0);
+  // it stands for this round's fresh configuration; the update replays it
+  const double w0[6] = {0, 0, 0, 0, 0, 0};
+  tr.round.add(MLTorch::loss_terms(1, 1, 0, 1.0, 0.5, w0, w0, 0.3, 6.0), 0.3, 6.0);
+  const std::string before = state.parameters();
+  const auto rec = tr.record("hash", {"hash"});
+  const auto out = tr.update(me == 0, false, "step 1: ");
+  ASSERT_EQ(out.failure, "");
+  EXPECT_EQ(out.action, MLTorch::UpdateAction::Step);
+  EXPECT_EQ(tr.count.nupdates, 1);
+  EXPECT_EQ(out.all.n, 1.0);
+  EXPECT_EQ(out.all.ngrad, 2.0);
+  ASSERT_EQ(tr.last_grad.size(), one.size());
+  for (std::size_t k = 0; k < one.size(); ++k)
+    EXPECT_NEAR(tr.last_grad[k], one[k], 1e-12 * (1.0 + std::abs(one[k])));
+  std::string first, other;
+  const std::string bytes(reinterpret_cast<const char *>(tr.last_grad.data()),
+                          sizeof(double) * tr.last_grad.size());
+  EXPECT_EQ(MLTorch::first_differing_rank(bytes, MPI_COMM_WORLD, first, other), -1);
+  EXPECT_EQ(MLTorch::first_differing_rank(state.parameters(), MPI_COMM_WORLD, first, other), -1);
+  EXPECT_NE(state.parameters(), before);
+  EXPECT_DOUBLE_EQ(tr.stats[5], 1e-3);    // the learning rate
+  EXPECT_EQ(tr.replay.fresh(), 0);        // the round ended
+  // back to the recorded state and counters
+  tr.restore(rec);
+  EXPECT_EQ(state.parameters(), before);
+  EXPECT_EQ(tr.count.nupdates, 0);
+  EXPECT_EQ(MLTorch::record_mismatch(rec, "m.pt", "hash", {"hash"}), "");
+  EXPECT_NE(MLTorch::record_mismatch(rec, "m.pt", "other", {"hash"}).find("pair_coeff loaded m.pt (hash other)"),
+            std::string::npos);
+  EXPECT_NE(MLTorch::record_mismatch(rec, "m.pt", "hash", {"hash", "h2"}).find("a committee of 1 model(s)"),
+            std::string::npos);
+}
+
+// uncertainty gating: counted per window; a round where no replica labelled
+// anything is no update
+TEST(Trainer, GatedRoundWithoutLabelsIsNoUpdate)
+{
+  auto model = std::make_shared<MLTorch::Model>(MLTorch::read_file(potentials + "/si_local.pt"),
+                                                "si_local.pt", "cpu");
+  MLTorch::FinetuneSettings set;
+  set.gated = true;
+  set.gate_low = 0.1;
+  set.gate_high = 0.5;
+  MLTorch::DistributedTrainer tr(set, {model}, MPI_COMM_WORLD, MPI_COMM_WORLD);
+  EXPECT_FALSE(tr.gate(0.05));
+  EXPECT_TRUE(tr.gate(0.2));
+  EXPECT_FALSE(tr.gate(0.5));
+  EXPECT_EQ(tr.count.nknown, 1);
+  EXPECT_EQ(tr.count.nabove, 1);
+  const std::string before = tr.state().parameters();
+  const auto out = tr.update(me == 0, false, "");
+  EXPECT_TRUE(out.empty);
+  EXPECT_EQ(tr.count.nempty, 1);
+  EXPECT_EQ(tr.count.nupdates, 0);
+  EXPECT_EQ(tr.state().parameters(), before);
+  // the fingerprint sees the counters and the settings
+  const std::string f0 = tr.fingerprint({"h"}, 0, 0);
+  EXPECT_NE(f0.find(set.fingerprint()), std::string::npos);
+  EXPECT_NE(tr.fingerprint({"h"}, 1, 0), f0);
 }
 
 int main(int argc, char **argv)
