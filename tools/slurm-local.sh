@@ -167,11 +167,14 @@ pid_of() {
   echo "$pid"
 }
 
+# the CPUs this machine gives us (GNU nproc also honours OMP_NUM_THREADS,
+# which a user running one thread per rank has set to 1)
+machine_cpus() { env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc; }
 is_up() { pid_of slurmctld >/dev/null && pid_of slurmd >/dev/null && pid_of munged >/dev/null; }
 
 write_config() {
   local cpus mem
-  cpus=$(nproc)
+  cpus=$(machine_cpus)
   mem=$(awk '/^MemTotal:/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
   mkdir -p "$root/etc/slurm"
   cat > "$root/etc/slurm/slurm.conf" <<EOF
@@ -243,7 +246,7 @@ up() {
     down
     exit 1
   fi
-  say "up in $((SECONDS - t0)) s: node localhost ($(nproc) CPUs), partition debug; submit with: $0 exec sbatch ..."
+  say "up in $((SECONDS - t0)) s: node localhost ($(machine_cpus) CPUs), partition debug; submit with: $0 exec sbatch ..."
 }
 
 down() {
