@@ -594,6 +594,8 @@ template <class DeviceType> void *PairTorchKokkos<DeviceType>::extract(const cha
 
 template <class DeviceType> void PairTorchKokkos<DeviceType>::sync_host_for_fix()
 {
+  // everything: the fix's teacher is any LAMMPS pair style, which may read
+  // any per-atom data (charges, molecule IDs, ...) on the host
   atomKK->sync(Host, ALL_MASK);
 }
 

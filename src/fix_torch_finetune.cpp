@@ -305,9 +305,13 @@ void FixTorchFinetune::post_force(int /*vflag*/)
     }
     const bigint before_events = trainer->count.nupdates + trainer->count.nrollbacks;
     take_step();
-    if (trainer->count.nupdates + trainer->count.nrollbacks != before_events) refresh_forces(in, before);
+    if (trainer->count.nupdates + trainer->count.nrollbacks != before_events) {
+      refresh_forces(in, before);
+      // with KOKKOS: the host forces changed (only here: the teacher's
+      // labels leave f bitwise as it was), so they go back to the device
+      student->host_forces_modified();
+    }
   }
-  student->host_forces_modified();
   time_update += platform::walltime() - t_start;
 }
 
