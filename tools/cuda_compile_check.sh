@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CUDA compile check of pair_style torch/kk (no GPU and no CUDA build of the
 # Kokkos library exist here, so nothing is linked or run):
-# kokkos/pair_torch_kokkos.cpp is compiled by nvcc for sm_90 (H100/H200)
+# kokkos/pair_torch_kokkos.cpp and kokkos/pair_torch_kokkos_halo.cpp are compiled by nvcc for sm_90 (H100/H200)
 # against the Kokkos 5.2 headers of the current KOKKOS lane's Debian 13 root,
 # configured for the CUDA back end, and the LAMMPS 4 Jul 2026 KOKKOS headers,
 # both instantiations (torch/kk/device on Kokkos::Cuda, torch/kk/host).
