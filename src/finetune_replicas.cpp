@@ -105,14 +105,8 @@ void FinetuneReplicas::agreed_call(const char *what, const std::function<void()>
 
 void FinetuneReplicas::agree(const std::string &agreed)
 {
-  // one replica: its ranks agreed already, no further collective needed
-  if (universe->nworlds == 1) {
-    if (!agreed.empty()) error->all(FLERR, agreed);
-    return;
-  }
-  const std::string text =
-      agreed.empty() ? agreed : fmt::format("{} (in partition {})", agreed, universe->iworld + 1);
-  MLTorchLmp::stop_collectively(error, universe->uworld, text.empty(), text, false);
+  const std::string text = MLTorch::replicas_failure(world, universe->uworld, universe->iworld, agreed);
+  if (!text.empty()) error->all(FLERR, text);
 }
 
 /* ---------------------------------------------------------------------- */

@@ -163,7 +163,8 @@ void FixTorchFinetune::setup_trainable()
                       "false) leave none trainable",
                model_path, model_->num_parameters());
   try {
-    trainer = std::make_unique<MLTorch::DistributedTrainer>(*set, members, world, universe->uworld);
+    trainer = std::make_unique<MLTorch::DistributedTrainer>(*set, members, world, universe->uworld,
+                                                             universe->iworld);
   } catch (std::exception &e) {
     error->all(FLERR, "Fix torch/finetune: {}", e.what());
   }

@@ -18,7 +18,6 @@ FixStyle(torch/finetune,FixTorchFinetune);
 
 #include "fix.h"
 
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>

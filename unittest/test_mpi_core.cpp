@@ -231,7 +231,7 @@ TEST(Trainer, UpdateAveragesOverRanksAndRestores)
   set.replay_mix = 1;
   set.opt.kind = "sgd";
   set.opt.lr = 1e-3;
-  MLTorch::DistributedTrainer tr(set, {model}, MPI_COMM_WORLD, MPI_COMM_WORLD);
+  MLTorch::DistributedTrainer tr(set, {model}, MPI_COMM_WORLD, MPI_COMM_WORLD, 0);
   auto piece = tr.replay.spare();
   *piece = ring_piece();
   for (std::size_t k = 0; k < piece->fref.size(); ++k) piece->fref[k] = 0.1 * (k % 3) - 0.05 * me;
@@ -293,7 +293,7 @@ TEST(Trainer, GatedRoundWithoutLabelsIsNoUpdate)
   set.gated = true;
   set.gate_low = 0.1;
   set.gate_high = 0.5;
-  MLTorch::DistributedTrainer tr(set, {model}, MPI_COMM_WORLD, MPI_COMM_WORLD);
+  MLTorch::DistributedTrainer tr(set, {model}, MPI_COMM_WORLD, MPI_COMM_WORLD, 0);
   EXPECT_FALSE(tr.gate(0.05));
   EXPECT_TRUE(tr.gate(0.2));
   EXPECT_FALSE(tr.gate(0.5));

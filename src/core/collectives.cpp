@@ -31,6 +31,19 @@ std::string first_failure(MPI_Comm comm, bool ok, const std::string &message, bo
   return text;
 }
 
+std::string replicas_failure(MPI_Comm world, MPI_Comm universe, int partition,
+                             const std::string &agreed)
+{
+  int nworld = 1, nuniverse = 1;
+  MPI_Comm_size(world, &nworld);
+  MPI_Comm_size(universe, &nuniverse);
+  // one replica: its ranks agreed already, no further collective needed
+  if (nuniverse == nworld) return agreed;
+  const std::string text =
+      agreed.empty() ? agreed : agreed + " (in partition " + std::to_string(partition + 1) + ")";
+  return first_failure(universe, text.empty(), text, false);
+}
+
 void broadcast_bytes(std::string &bytes, int root, MPI_Comm comm)
 {
   static constexpr long long CHUNK = 1LL << 30;

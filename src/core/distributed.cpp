@@ -29,41 +29,6 @@ std::string agreed_failure(MPI_Comm comm, const std::string &prefix,
   return first_failure(comm, failure.empty(), failure);
 }
 
-std::string replay_gradient(ReplayPiece &r, Model &model, const FinetuneSettings &set,
-                            bool layered, MPI_Comm world)
-{
-  GraphInput in = r.graph();
-  // a piece stored under the halo exchange holds ghosts one cutoff deep;
-  // partial forces and residual weights travel along the same owner map
-  ReplayExchange exchange(r, world);
-  if (layered) in.halo = &exchange;
-  double e_part = 0.0, w_part[6];
-  std::vector<double> nf;
-  std::string failure = agreed_failure(world, "replay: ", [&] {
-    model.forward_train(in, e_part, nf, w_part);
-  });
-  if (!failure.empty()) return failure;
-
-  // partial forces of ghost nodes -> owners: the piece's reverse exchange
-  std::vector<double> F(3 * r.n_local);
-  exchange.reverse(nf.data(), F.data(), 3);
-  double local[8] = {e_part, w_part[0], w_part[1], w_part[2], w_part[3], w_part[4], w_part[5], 0.0};
-  for (int64_t n = 0; n < 3 * r.n_local; ++n) {
-    const double d = F[n] - r.fref[n];
-    local[7] += d * d;
-  }
-  double sum[8];
-  MPI_Allreduce(local, sum, 8, MPI_DOUBLE, MPI_SUM, world);
-  const auto t = loss_terms(set.w_energy, set.w_force, set.w_stress, sum[0], r.e_ref, sum + 1,
-                            r.w_ref, sum[7], r.natoms);
-
-  // residual weights: own nodes directly, ghost nodes from their owners
-  std::vector<double> owned(3 * r.n_local), weights(3 * r.n_nodes);
-  for (int64_t n = 0; n < 3 * r.n_local; ++n) owned[n] = t.cf * (F[n] - r.fref[n]);
-  exchange.forward(owned.data(), weights.data(), 3);
-  return agreed_failure(world, "replay: ", [&] { model.backward_train(weights, t.ce, t.cw); });
-}
-
 ConfigurationLoss configuration_loss(double e, double e_ref, const double *w, const double *w_ref,
                                      double natoms, double se_f, const FinetuneSettings &set,
                                      MPI_Comm world)
@@ -90,13 +55,49 @@ ConfigurationLoss configuration_loss(double e, double e_ref, const double *w, co
   return c;
 }
 
+std::string replay_gradient(ReplayPiece &r, Model &model, const FinetuneSettings &set,
+                            bool layered, MPI_Comm world)
+{
+  GraphInput in = r.graph();
+  // a piece stored under the halo exchange holds ghosts one cutoff deep;
+  // partial forces and residual weights travel along the same owner map
+  ReplayExchange exchange(r, world);
+  if (layered) in.halo = &exchange;
+  double e_part = 0.0, w_part[6];
+  std::vector<double> nf;
+  std::string failure = agreed_failure(world, "replay: ", [&] {
+    model.forward_train(in, e_part, nf, w_part);
+  });
+  if (!failure.empty()) return failure;
+
+  // partial forces of ghost nodes -> owners: the piece's reverse exchange
+  std::vector<double> F(3 * r.n_local);
+  exchange.reverse(nf.data(), F.data(), 3);
+  double se_f = 0.0;
+  for (int64_t n = 0; n < 3 * r.n_local; ++n) se_f += (F[n] - r.fref[n]) * (F[n] - r.fref[n]);
+  // the stored labels and atom count are the configuration's (one rank
+  // brings them into the sums)
+  int me = 0;
+  MPI_Comm_rank(world, &me);
+  const double zero[6] = {0, 0, 0, 0, 0, 0};
+  const auto t = configuration_loss(e_part, me == 0 ? r.e_ref : 0.0, w_part, me == 0 ? r.w_ref : zero,
+                                    me == 0 ? r.natoms : 0.0, se_f, set, world)
+                     .terms;
+
+  // residual weights: own nodes directly, ghost nodes from their owners
+  std::vector<double> owned(3 * r.n_local), weights(3 * r.n_nodes);
+  for (int64_t n = 0; n < 3 * r.n_local; ++n) owned[n] = t.cf * (F[n] - r.fref[n]);
+  exchange.forward(owned.data(), weights.data(), 3);
+  return agreed_failure(world, "replay: ", [&] { model.backward_train(weights, t.ce, t.cw); });
+}
+
 DistributedTrainer::DistributedTrainer(const FinetuneSettings &settings,
                                        std::vector<std::shared_ptr<Model>> models, MPI_Comm w,
-                                       MPI_Comm u) :
+                                       MPI_Comm u, int partition_index) :
     replay(settings.replay_capacity, settings.replay_mbytes * 1024.0 * 1024.0),
     policy(settings.max_force_error, settings.rollback_factor), set(settings),
     members(std::move(models)), training(std::make_unique<TrainingState>(members, settings.opt)),
-    world(w), universe(u)
+    world(w), universe(u), partition(partition_index)
 {
 }
 
@@ -162,15 +163,7 @@ DistributedTrainer::Outcome DistributedTrainer::update(bool replica_root, bool l
       if (failure.empty()) failure = replay_gradient(replay[k], *member, set, layered, world);
     round.ngrad += 1.0;
   }
-  int nworld = 1, nuniverse = 1, iworld = 0;
-  MPI_Comm_size(world, &nworld);
-  MPI_Comm_size(universe, &nuniverse);
-  MPI_Comm_rank(universe, &iworld);
-  iworld /= nworld;
-  if (!failure.empty()) failure = prefix + failure;
-  if (nuniverse > nworld)
-    failure = first_failure(universe, failure.empty(),
-                            failure + " (in partition " + std::to_string(iworld + 1) + ")", false);
+  failure = replicas_failure(world, universe, partition, failure.empty() ? failure : prefix + failure);
   if (!failure.empty()) {
     out.failure = failure;
     return out;

@@ -22,6 +22,15 @@ namespace MLTorch {
 // are ok (one reduction, and two broadcasts on a failure)
 std::string first_failure(MPI_Comm comm, bool ok, const std::string &message, bool where = true);
 
+// the failure every rank of every replica stops with: `agreed` is what the
+// ranks of this replica (`world`) agreed on (empty: none; the same on all
+// of them); with several replicas (`universe` larger than `world`) the
+// lowest failing replica's, marked " (in partition P)" with this replica's
+// `partition` (0-based); empty when none failed. Collective over `universe`
+// when it holds several replicas.
+std::string replicas_failure(MPI_Comm world, MPI_Comm universe, int partition,
+                             const std::string &agreed);
+
 // the bytes of rank `root` on every rank of `comm`, in chunks below 2 GB
 void broadcast_bytes(std::string &bytes, int root, MPI_Comm comm);
 

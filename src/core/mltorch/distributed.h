@@ -62,8 +62,9 @@ ConfigurationLoss configuration_loss(double e, double e_ref, const double *w, co
 class DistributedTrainer {
  public:
   static constexpr int NSTATS = 11;    // the fix's output vector of the last update
+  // `partition`: this replica's index among the replicas of `universe`
   DistributedTrainer(const FinetuneSettings &set, std::vector<std::shared_ptr<Model>> members,
-                     MPI_Comm world, MPI_Comm universe);
+                     MPI_Comm world, MPI_Comm universe, int partition);
   ~DistributedTrainer();
   DistributedTrainer(const DistributedTrainer &) = delete;
   DistributedTrainer &operator=(const DistributedTrainer &) = delete;
@@ -113,6 +114,7 @@ class DistributedTrainer {
   std::vector<std::shared_ptr<Model>> members;
   std::unique_ptr<TrainingState> training;
   MPI_Comm world, universe;
+  int partition;
 };
 
 }    // namespace MLTorch
