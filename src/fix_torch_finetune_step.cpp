@@ -142,7 +142,6 @@ void FixTorchFinetune::train_current(const MLTorch::GraphInput &in)
   ++trainer->count.nconfigs;
 }
 
-
 /* ----------------------------------------------------------------------
    keep this rank's piece of the configuration just trained on for replay
    (MLTorch::ReplayBuffer): its graph, its labels, and the owner (rank,
