@@ -35,6 +35,9 @@ template <class DeviceType> class PairTorchKokkos : public PairTorch, public Kok
   ~PairTorchKokkos() override;
 
   void compute(int, int) override;
+  // its force call always runs the model (fix torch/finetune then refreshes
+  // the forces after an update instead)
+  void defer_next_model_call() override {}
   void settings(int, char **) override;
   void init_style() override;
   void training_graph(MLTorch::GraphInput &in) override;

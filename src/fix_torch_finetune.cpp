@@ -131,8 +131,8 @@ FixTorchFinetune::~FixTorchFinetune()
 
 int FixTorchFinetune::setmask()
 {
-  // PRE_FORCE only for setup_pre_force(): the replicas' collective check at
-  // the start of every run (pre_force itself does nothing)
+  // PRE_FORCE: setup_pre_force() is the replicas' collective check at the
+  // start of every run; pre_force() asks the pair style to defer the model
   return PRE_FORCE | POST_FORCE;
 }
 
@@ -226,6 +226,20 @@ void FixTorchFinetune::init()
                               "forces; define fix torch/finetune first so that it acts on the "
                               "forces of the updated model", modify->fix[i]->id, style);
   }
+
+  // on a step that ends in an update the model's forces of the force call
+  // are replaced by the updated model's: the force call may leave the model
+  // out and this fix add it after the update (one model evaluation for MD
+  // instead of two). Only where nothing reads the forces in between: the
+  // student is the whole pair style (a pair_style hybrid would tally before
+  // the model's share is in), no fix acts on forces before this one
+  // (post_force earlier in the list, or pre_reverse), a single model drives
+  // the MD and labels are not gated on the committee's deviation
+  bool first = modify->n_pre_reverse == 0;
+  for (int i = 0; first && i < modify->nfix && modify->fix[i] != this; ++i)
+    first = !(modify->fmask[i] & FixConst::POST_FORCE);
+  defer_ok = first && members.size() == 1 && !set->gated &&
+      dynamic_cast<TorchStudent *>(force->pair) == student;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -271,9 +285,20 @@ void FixTorchFinetune::grow_work()
 
 /* ---------------------------------------------------------------------- */
 
+void FixTorchFinetune::pre_force(int /*vflag*/)
+{
+  if (defer_ok && update->ntimestep % nevery == 0 && pending + 1 >= set->accumulate)
+    student->defer_next_model_call();
+}
+
+/* ---------------------------------------------------------------------- */
+
 void FixTorchFinetune::post_force(int /*vflag*/)
 {
   if (update->ntimestep % nevery) return;
+  // the force call left the model out: this step's labels, then the update,
+  // then the model's forces, energy and virial with the parameters then current
+  const bool deferred = student->model_deferred();
   const double t_start = platform::walltime();
   // with KOKKOS: per-atom data to the host on labelling steps only (the
   // fix's data masks are empty, so LAMMPS syncs nothing for it otherwise)
@@ -281,7 +306,7 @@ void FixTorchFinetune::post_force(int /*vflag*/)
   grow_work();
   // this step's graph, built once; it stays valid through the update
   MLTorch::GraphInput in;
-  bool built = false, labelled = false;
+  bool built = false, labelled = false, changed = false;
   std::string failure;
   try {
     if (!set->gated || gate_says_label()) {
@@ -300,19 +325,21 @@ void FixTorchFinetune::post_force(int /*vflag*/)
     // the MD model's forces before the update: from labelling (member 1 is
     // the MD model) or from the pair style's force call of this step
     double **before = fpart;
-    if (!labelled || student->md_on_mean()) {
+    if (!deferred && (!labelled || student->md_on_mean())) {
       md_forces(in, COMM_FMD, student->md_output());
       before = fmd;
     }
     const bigint before_events = trainer->count.nupdates + trainer->count.nrollbacks;
     take_step();
-    if (trainer->count.nupdates + trainer->count.nrollbacks != before_events) {
+    changed = trainer->count.nupdates + trainer->count.nrollbacks != before_events;
+    if (changed && !deferred) {
       refresh_forces(in, before);
       // with KOKKOS: the host forces changed (only here: the teacher's
       // labels leave f bitwise as it was), so they go back to the device
       student->host_forces_modified();
     }
   }
+  if (deferred) complete_model_forces(changed);
   time_update += platform::walltime() - t_start;
 }
 

@@ -43,6 +43,7 @@ class FixTorchFinetune : public Fix {
   void init() override;
   void setup(int) override;
   void setup_pre_force(int) override;
+  void pre_force(int) override;
   void post_force(int) override;
   void post_run() override;
   double compute_vector(int) override;
@@ -82,6 +83,12 @@ class FixTorchFinetune : public Fix {
   std::unique_ptr<class FinetuneReplicas> replicas;
   bool synced;
   int pending;    // configurations accumulated since the last update
+  // the pair style may leave the model out of the force call of a step that
+  // ends in an update (init() decides; pre_force() asks for it)
+  bool defer_ok = false;
+  // this rank's share of the MD model's energy and virial of the labelled
+  // configuration (its training pass): what a deferred force call tallies
+  double md_energy_part = 0.0, md_virial_part[6] = {0, 0, 0, 0, 0, 0};
   double last_devi = 0.0;
   // wall seconds of this rank in labelling + training + updates (output
   // vector element 12; 13 is the trainer's time in the gradient reduction)
@@ -116,6 +123,7 @@ class FixTorchFinetune : public Fix {
                     double natoms);
   void take_step();
   void refresh_forces(const MLTorch::GraphInput &in, double **before);
+  void complete_model_forces(bool changed);
   void md_forces(const MLTorch::GraphInput &in, int which, const MLTorch::GraphOutput *given);
   // the fix's communication of one [3] per-atom array (COMM_*)
   void sum_to_owners(int which);

@@ -483,27 +483,67 @@ void PairTorch::compute(int eflag, int vflag)
   build_graph();
   if (log_ghosts) log_ghost_counts(static_cast<double>(node2atom.size()));
 
+  ++ncompute;
+  // fix torch/finetune replaces the model's share of this step after its
+  // update (complete_deferred); per-atom tallies are not deferred
+  const bool defer = defer_request && !eflag_atom && !vflag_atom && !cvflag_atom;
+  defer_request = false;
+  if (defer) {
+    deferred_at = ncompute;
+    model_calls[1] += 1.0;
+    time_pair += platform::walltime() - t_start;
+    return;
+  }
+
+  model_calls[0] += 1.0;
   MLTorch::GraphInput in;
   graph_input(in);
-
-  ++ncompute;
   const double t_model = platform::walltime();
   evaluate_md(in, *output);
   stamp_output = ncompute;
   if (committee_mean) stamp_members = ncompute;    // member_out holds this graph's outputs
   time_model += platform::walltime() - t_model;
   check_finite();
+  tally_output(atom->f[0], true);    // one contiguous block
+  time_pair += platform::walltime() - t_start;
+}
 
-  if (eflag_global) eng_vdwl += output->energy;
-  if (eflag_atom)
+/* ----------------------------------------------------------------------
+   the deferred model share of this step (fix torch/finetune, after its
+   update): the model with its current parameters on the graph of the last
+   force call (rebuilt since by training_graph() from the same positions)
+------------------------------------------------------------------------- */
+
+void PairTorch::complete_deferred(double *dst, int stride, double energy, const double *w)
+{
+  if (!model_deferred())
+    error->all(FLERR, "Pair style torch: complete_deferred() without a deferred force call");
+  if (stride != 3) error->all(FLERR, "Pair style torch: complete_deferred() needs stride 3");
+  MLTorch::GraphInput in;
+  graph_input(in);
+  evaluate_md(in, *output);
+  stamp_output = ncompute;
+  check_finite();
+  tally_output(dst, false);
+  if (eflag_global) eng_vdwl += energy;
+  if (vflag_global)
+    for (int k = 0; k < 6; k++) virial[k] += w[k];
+  deferred_at = -1;
+}
+
+/* ---------------------------------------------------------------------- */
+
+void PairTorch::tally_output(double *f0, bool energy_virial)
+{
+  if (eflag_global && energy_virial) eng_vdwl += output->energy;
+  if (eflag_atom && energy_virial)
     for (int n = 0; n < ncounted; n++) eatom[node2atom[n]] += output->node_energy[n];
 
   // F_i += g_ij, F_j -= g_ij; virial W = -sum r_ij (x) g_ij, split half/half per atom
-  double *f0 = atom->f[0];    // one contiguous block
   const double *g = output->edge_grad.data();
   const double *r = edge_vec.data();
-  const int64_t nedges = in.n_edges;
-  const bool do_virial = vflag_global || vflag_atom || cvflag_atom;
+  const int64_t nedges = static_cast<int64_t>(edge_nbr.size());
+  const bool do_virial = energy_virial && (vflag_global || vflag_atom || cvflag_atom);
   for (int64_t e = 0; e < nedges; e++) {
     const int i = node2atom[edge_index[e]];
     const int j = node2atom[edge_nbr[e]];
@@ -534,7 +574,6 @@ void PairTorch::compute(int eflag, int vflag)
       }
     }
   }
-  time_pair += platform::walltime() - t_start;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -644,10 +683,13 @@ void PairTorch::model_error(const std::exception &e, const char *what)
 void PairTorch::nonfinite_error(const std::string &where)
 {
   error->one(FLERR, "Pair style torch: model {} returned a non-finite energy or force on step {}{}",
-             model_file, update->ntimestep, where);}
+             model_file, update->ntimestep, where);
+}
 
 /* ----------------------------------------------------------------------
    "graph_size": nodes and edges of this rank's last graph (1-dim, 2 values)
+   "model_calls": this rank's force calls that ran the model and those that
+   left it to fix torch/finetune (1-dim, 2 values)
 ------------------------------------------------------------------------- */
 
 void *PairTorch::extract(const char *name, int &dim)
@@ -655,6 +697,10 @@ void *PairTorch::extract(const char *name, int &dim)
   if (strcmp(name, "graph_size") == 0) {
     dim = 1;
     return (void *) graph_size;
+  }
+  if (strcmp(name, "model_calls") == 0) {
+    dim = 1;
+    return (void *) model_calls;
   }
   return nullptr;
 }

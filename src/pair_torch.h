@@ -80,6 +80,9 @@ class PairTorch : public Pair, public TorchStudent {
     return stamp_output == ncompute ? output.get() : nullptr;
   }
   void add_edge_forces(const double *edge_grad, double *dst, int stride) const override;
+  void defer_next_model_call() override { defer_request = true; }
+  bool model_deferred() const override { return deferred_at == ncompute && ncompute > 0; }
+  void complete_deferred(double *dst, int stride, double energy, const double *virial) override;
   void sync_host_for_fix() override {}
   void host_forces_modified() override {}
 
@@ -119,6 +122,8 @@ class PairTorch : public Pair, public TorchStudent {
   long stamp_members = -1;             // ncompute of the graph member_out belongs to
   long stamp_deviation = -1;           // ncompute the deviation belongs to
   long stamp_output = -1;              // ncompute of member 0's output in *output
+  bool defer_request = false;          // the next force call leaves the model out
+  long deferred_at = -1;               // ncompute of a force call that left it out
   std::string model_file;
   std::string model_hash_;    // content hash of the loaded file's bytes
   std::string device_name;    // torch device, "cpu" unless the device keyword says otherwise
@@ -154,6 +159,8 @@ class PairTorch : public Pair, public TorchStudent {
   std::unique_ptr<MLTorch::GraphOutput> output;
   int ncounted;    // nodes [0, ncounted) are the local atoms whose energies count
   double graph_size[2] = {0.0, 0.0};    // nodes and edges of the last graph (extract "graph_size")
+  // force calls that ran the model and that deferred it (extract "model_calls")
+  double model_calls[2] = {0.0, 0.0};
   // wall time in compute() and in the model's evaluation since init_style()
   // (reported by finish(): what the pair style adds around the model)
   double time_pair = 0.0, time_model = 0.0, time_halo = 0.0;
@@ -162,6 +169,10 @@ class PairTorch : public Pair, public TorchStudent {
   void build_graph();
   void graph_input(MLTorch::GraphInput &in) const;
   void check_finite();
+  // the model's atom forces (into f0[3 * atom + k]) and, with energy_virial,
+  // its energy and virial from *output on the graph of this force call, as
+  // LAMMPS's flags ask
+  void tally_output(double *f0, bool energy_virial);
   // the ERRORs of a model that throws on a step (`what`: in which
   // evaluation) or returns non-finite values (`where`: which atoms), the
   // same texts for every back end

@@ -285,6 +285,61 @@ TEST(Learn, SameInputTwiceIsBitwiseIdentical)
 }
 
 /* ----------------------------------------------------------------------
+   a step that ends in an update runs the model once for MD: the force call
+   leaves it out and the fix adds the updated model's forces after the
+   update (the energy and virial of the configuration from the training
+   pass). The same run with a post_force fix defined before fix
+   torch/finetune (fix addforce 0 0 0, which changes no force) takes the
+   other path, a full force call and the refresh after the update: both
+   give the same pressure, energy, forces, positions and parameters
+------------------------------------------------------------------------- */
+
+TEST(Deferred, OneModelCallPerUpdateStep)
+{
+  std::vector<double> f[2], x[2], p[2];
+  double pe[2] = {0, 0}, press[2] = {0, 0}, calls[2][2] = {{0, 0}, {0, 0}};
+  for (int k = 0; k < 2; ++k) {
+    Lammps l;
+    l.cmds(silicon(2, 4242, "ortho"));
+    l.cmds({"velocity all create 1200 4928 loop geom", "pair_style torch",
+            "pair_coeff * * " + student + " Si"});
+    if (k == 1) l.cmd("fix zero all addforce 0.0 0.0 0.0");
+    l.cmds({"fix ft all torch/finetune 2 " + teacher() + " weights 1.0 10.0 0.1 lr 2e-3 log 0",
+            "fix md all nve", "thermo_style custom step pe press", "run 20 post no"});
+    pe[k] = l.thermo("pe");
+    press[k] = l.thermo("press");
+    f[k] = l.gather("f", 3);
+    x[k] = l.gather("x", 3);
+    p[k] = l.params();
+    int dim = -1;
+    const auto *c = static_cast<double *>(l.lmp->force->pair->extract("model_calls", dim));
+    ASSERT_NE(c, nullptr);
+    ASSERT_EQ(dim, 1);
+    calls[k][0] = c[0];
+    calls[k][1] = c[1];
+  }
+  // the set-up and the 10 steps without an update run the model; the 10
+  // update steps (every 2nd) leave it to the fix
+  EXPECT_EQ(calls[0][0], 11.0);
+  EXPECT_EQ(calls[0][1], 10.0);
+  EXPECT_EQ(calls[1][0], 21.0);
+  EXPECT_EQ(calls[1][1], 0.0);
+  const double df = max_diff(f[0], f[1]) / max_abs(f[1]);
+  const double dx = max_diff(x[0], x[1]);
+  const double dp = max_diff(p[0], p[1]) / max_abs(p[1]);
+  if (me == 0)
+    std::printf("[ deferred ] one model call vs force call + refresh, 10 updates: pe %.2e, press %.2e "
+                "relative; forces %.2e relative, positions %.2e A, parameters %.2e relative\n",
+                std::fabs(pe[0] - pe[1]) / std::fabs(pe[1]), std::fabs(press[0] - press[1]) / std::fabs(press[1]),
+                df, dx, dp);
+  EXPECT_NEAR(pe[0], pe[1], 1e-10 * std::fabs(pe[1]));
+  EXPECT_NEAR(press[0], press[1], 1e-9 * std::fabs(press[1]));
+  EXPECT_LE(df, 1e-10);
+  EXPECT_LE(dx, 1e-10);
+  EXPECT_LE(dp, 1e-10);
+}
+
+/* ----------------------------------------------------------------------
    a compiled student (potentials/si_local.pt2): training runs its TorchScript
    twin, and every update reaches the compiled code without a reload. After
    10 updates the compiled forces equal the TorchScript model's forces with
