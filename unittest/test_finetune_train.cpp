@@ -289,21 +289,24 @@ TEST(Learn, SameInputTwiceIsBitwiseIdentical)
    leaves it out and the fix adds the updated model's forces after the
    update (the energy and virial of the configuration from the training
    pass). The same run with a post_force fix defined before fix
-   torch/finetune (fix addforce 0 0 0, which changes no force) takes the
-   other path, a full force call and the refresh after the update: both
-   give the same pressure, energy, forces, positions and parameters
+   torch/finetune (fix addforce 0 0 0, which changes no force), or with
+   per-atom energies asked for on every update step (a dump of pe/atom),
+   takes the other path, a full force call and the refresh after the
+   update: all give the same pressure, energy, forces, positions and
+   parameters
 ------------------------------------------------------------------------- */
 
 TEST(Deferred, OneModelCallPerUpdateStep)
 {
-  std::vector<double> f[2], x[2], p[2];
-  double pe[2] = {0, 0}, press[2] = {0, 0}, calls[2][2] = {{0, 0}, {0, 0}};
-  for (int k = 0; k < 2; ++k) {
+  std::vector<double> f[3], x[3], p[3];
+  double pe[3] = {0, 0, 0}, press[3] = {0, 0, 0}, calls[3][2] = {{0, 0}, {0, 0}, {0, 0}};
+  for (int k = 0; k < 3; ++k) {
     Lammps l;
     l.cmds(silicon(2, 4242, "ortho"));
     l.cmds({"velocity all create 1200 4928 loop geom", "pair_style torch",
             "pair_coeff * * " + student + " Si"});
     if (k == 1) l.cmd("fix zero all addforce 0.0 0.0 0.0");
+    if (k == 2) l.cmds({"compute pa all pe/atom", "dump d all custom 2 /dev/null id c_pa"});
     l.cmds({"fix ft all torch/finetune 2 " + teacher() + " weights 1.0 10.0 0.1 lr 2e-3 log 0",
             "fix md all nve", "thermo_style custom step pe press", "run 20 post no"});
     pe[k] = l.thermo("pe");
@@ -322,21 +325,24 @@ TEST(Deferred, OneModelCallPerUpdateStep)
   // update steps (every 2nd) leave it to the fix
   EXPECT_EQ(calls[0][0], 11.0);
   EXPECT_EQ(calls[0][1], 10.0);
-  EXPECT_EQ(calls[1][0], 21.0);
-  EXPECT_EQ(calls[1][1], 0.0);
-  const double df = max_diff(f[0], f[1]) / max_abs(f[1]);
-  const double dx = max_diff(x[0], x[1]);
-  const double dp = max_diff(p[0], p[1]) / max_abs(p[1]);
-  if (me == 0)
-    std::printf("[ deferred ] one model call vs force call + refresh, 10 updates: pe %.2e, press %.2e "
-                "relative; forces %.2e relative, positions %.2e A, parameters %.2e relative\n",
-                std::fabs(pe[0] - pe[1]) / std::fabs(pe[1]), std::fabs(press[0] - press[1]) / std::fabs(press[1]),
-                df, dx, dp);
-  EXPECT_NEAR(pe[0], pe[1], 1e-10 * std::fabs(pe[1]));
-  EXPECT_NEAR(press[0], press[1], 1e-9 * std::fabs(press[1]));
-  EXPECT_LE(df, 1e-10);
-  EXPECT_LE(dx, 1e-10);
-  EXPECT_LE(dp, 1e-10);
+  for (int k = 1; k < 3; ++k) {
+    EXPECT_EQ(calls[k][0], 21.0);
+    EXPECT_EQ(calls[k][1], 0.0);
+    const double df = max_diff(f[0], f[k]) / max_abs(f[k]);
+    const double dx = max_diff(x[0], x[k]);
+    const double dp = max_diff(p[0], p[k]) / max_abs(p[k]);
+    if (me == 0)
+      std::printf("[ deferred ] one model call vs force call + refresh (%s), 10 updates: pe %.2e, "
+                  "press %.2e relative; forces %.2e relative, positions %.2e A, parameters %.2e "
+                  "relative\n", k == 1 ? "earlier post_force fix" : "per-atom energy",
+                  std::fabs(pe[0] - pe[k]) / std::fabs(pe[k]),
+                  std::fabs(press[0] - press[k]) / std::fabs(press[k]), df, dx, dp);
+    EXPECT_NEAR(pe[0], pe[k], 1e-10 * std::fabs(pe[k]));
+    EXPECT_NEAR(press[0], press[k], 1e-9 * std::fabs(press[k]));
+    EXPECT_LE(df, 1e-10);
+    EXPECT_LE(dx, 1e-10);
+    EXPECT_LE(dp, 1e-10);
+  }
 }
 
 /* ----------------------------------------------------------------------
