@@ -297,7 +297,7 @@ void FixTorchFinetune::post_force(int /*vflag*/)
 {
   if (update->ntimestep % nevery) return;
   // the force call left the model out: this step's labels, then the update,
-  // then the model's forces, energy and virial with the parameters then current
+  // then the model's forces with the parameters then current
   const bool deferred = student->model_deferred();
   const double t_start = platform::walltime();
   // with KOKKOS: per-atom data to the host on labelling steps only (the
@@ -306,7 +306,7 @@ void FixTorchFinetune::post_force(int /*vflag*/)
   grow_work();
   // this step's graph, built once; it stays valid through the update
   MLTorch::GraphInput in;
-  bool built = false, labelled = false, changed = false;
+  bool built = false, labelled = false;
   std::string failure;
   try {
     if (!set->gated || gate_says_label()) {
@@ -325,21 +325,22 @@ void FixTorchFinetune::post_force(int /*vflag*/)
     // the MD model's forces before the update: from labelling (member 1 is
     // the MD model) or from the pair style's force call of this step
     double **before = fpart;
-    if (!deferred && (!labelled || student->md_on_mean())) {
+    if (!labelled || student->md_on_mean()) {
       md_forces(in, COMM_FMD, student->md_output());
       before = fmd;
     }
     const bigint before_events = trainer->count.nupdates + trainer->count.nrollbacks;
     take_step();
-    changed = trainer->count.nupdates + trainer->count.nrollbacks != before_events;
-    if (changed && !deferred) {
-      refresh_forces(in, before);
+    // a deferred force call left the model's share out of f: all of it now
+    if (deferred || trainer->count.nupdates + trainer->count.nrollbacks != before_events) {
+      refresh_forces(in, deferred ? nullptr : before);
       // with KOKKOS: the host forces changed (only here: the teacher's
       // labels leave f bitwise as it was), so they go back to the device
       student->host_forces_modified();
     }
+    // its energy and virial: the training pass's, as the force call would have tallied
+    if (deferred) student->complete_deferred(md_energy_part, md_virial_part);
   }
-  if (deferred) complete_model_forces(changed);
   time_update += platform::walltime() - t_start;
 }
 

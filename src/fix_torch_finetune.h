@@ -123,7 +123,6 @@ class FixTorchFinetune : public Fix {
                     double natoms);
   void take_step();
   void refresh_forces(const MLTorch::GraphInput &in, double **before);
-  void complete_model_forces(bool changed);
   void md_forces(const MLTorch::GraphInput &in, int which, const MLTorch::GraphOutput *given);
   // the fix's communication of one [3] per-atom array (COMM_*)
   void sum_to_owners(int which);

@@ -262,31 +262,12 @@ void FixTorchFinetune::md_forces(const MLTorch::GraphInput &in, int which,
 
 void FixTorchFinetune::refresh_forces(const MLTorch::GraphInput &in, double **before)
 {
+  // before == nullptr: f has no share of the model (a deferred force call)
   student->committee_changed();
   md_forces(in, COMM_RESID, nullptr);
   double **f = atom->f;
   const int nlocal = atom->nlocal;
   for (int i = 0; i < nlocal; ++i)
-    for (int k = 0; k < 3; ++k) f[i][k] += resid[i][k] - before[i][k];
+    for (int k = 0; k < 3; ++k) f[i][k] += before ? resid[i][k] - before[i][k] : resid[i][k];
 }
 
-/* ----------------------------------------------------------------------
-   the model's share of a step whose force call left it out (pre_force()
-   asked for it), as refresh_forces() leaves it otherwise: the forces of the
-   model as it is after the update (those of a fresh force call, e.g. the
-   set-up of the next run), the energy and virial of the configuration
-   before it (the training pass's, which the force call would have tallied)
-------------------------------------------------------------------------- */
-
-void FixTorchFinetune::complete_model_forces(bool changed)
-{
-  if (changed) student->committee_changed();
-  const int nlocal = atom->nlocal;
-  const int nall = nlocal + atom->nghost;
-  if (nall > 0) std::memset(&resid[0][0], 0, sizeof(double) * 3 * nall);
-  student->complete_deferred(nall > 0 ? &resid[0][0] : nullptr, 3, md_energy_part, md_virial_part);
-  sum_to_owners(COMM_RESID);
-  double **f = atom->f;
-  for (int i = 0; i < nlocal; ++i)
-    for (int k = 0; k < 3; ++k) f[i][k] += resid[i][k];
-}

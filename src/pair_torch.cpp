@@ -504,46 +504,17 @@ void PairTorch::compute(int eflag, int vflag)
   if (committee_mean) stamp_members = ncompute;    // member_out holds this graph's outputs
   time_model += platform::walltime() - t_model;
   check_finite();
-  tally_output(atom->f[0], true);    // one contiguous block
-  time_pair += platform::walltime() - t_start;
-}
 
-/* ----------------------------------------------------------------------
-   the deferred model share of this step (fix torch/finetune, after its
-   update): the model with its current parameters on the graph of the last
-   force call (rebuilt since by training_graph() from the same positions)
-------------------------------------------------------------------------- */
-
-void PairTorch::complete_deferred(double *dst, int stride, double energy, const double *w)
-{
-  if (!model_deferred())
-    error->all(FLERR, "Pair style torch: complete_deferred() without a deferred force call");
-  if (stride != 3) error->all(FLERR, "Pair style torch: complete_deferred() needs stride 3");
-  MLTorch::GraphInput in;
-  graph_input(in);
-  evaluate_md(in, *output);
-  stamp_output = ncompute;
-  check_finite();
-  tally_output(dst, false);
-  if (eflag_global) eng_vdwl += energy;
-  if (vflag_global)
-    for (int k = 0; k < 6; k++) virial[k] += w[k];
-  deferred_at = -1;
-}
-
-/* ---------------------------------------------------------------------- */
-
-void PairTorch::tally_output(double *f0, bool energy_virial)
-{
-  if (eflag_global && energy_virial) eng_vdwl += output->energy;
-  if (eflag_atom && energy_virial)
+  if (eflag_global) eng_vdwl += output->energy;
+  if (eflag_atom)
     for (int n = 0; n < ncounted; n++) eatom[node2atom[n]] += output->node_energy[n];
 
   // F_i += g_ij, F_j -= g_ij; virial W = -sum r_ij (x) g_ij, split half/half per atom
+  double *f0 = atom->f[0];    // one contiguous block
   const double *g = output->edge_grad.data();
   const double *r = edge_vec.data();
-  const int64_t nedges = static_cast<int64_t>(edge_nbr.size());
-  const bool do_virial = energy_virial && (vflag_global || vflag_atom || cvflag_atom);
+  const int64_t nedges = in.n_edges;
+  const bool do_virial = vflag_global || vflag_atom || cvflag_atom;
   for (int64_t e = 0; e < nedges; e++) {
     const int i = node2atom[edge_index[e]];
     const int j = node2atom[edge_nbr[e]];
@@ -574,6 +545,22 @@ void PairTorch::tally_output(double *f0, bool energy_virial)
       }
     }
   }
+  time_pair += platform::walltime() - t_start;
+}
+
+/* ----------------------------------------------------------------------
+   the deferred force call of this step is complete: fix torch/finetune
+   added the updated model's forces itself; the step's energy and virial
+------------------------------------------------------------------------- */
+
+void PairTorch::complete_deferred(double energy, const double *w)
+{
+  if (!model_deferred())
+    error->all(FLERR, "Pair style torch: complete_deferred() without a deferred force call");
+  if (eflag_global) eng_vdwl += energy;
+  if (vflag_global)
+    for (int k = 0; k < 6; k++) virial[k] += w[k];
+  deferred_at = -1;
 }
 
 /* ---------------------------------------------------------------------- */

@@ -82,7 +82,7 @@ class PairTorch : public Pair, public TorchStudent {
   void add_edge_forces(const double *edge_grad, double *dst, int stride) const override;
   void defer_next_model_call() override { defer_request = true; }
   bool model_deferred() const override { return deferred_at == ncompute && ncompute > 0; }
-  void complete_deferred(double *dst, int stride, double energy, const double *virial) override;
+  void complete_deferred(double energy, const double *virial) override;
   void sync_host_for_fix() override {}
   void host_forces_modified() override {}
 
@@ -169,10 +169,6 @@ class PairTorch : public Pair, public TorchStudent {
   void build_graph();
   void graph_input(MLTorch::GraphInput &in) const;
   void check_finite();
-  // the model's atom forces (into f0[3 * atom + k]) and, with energy_virial,
-  // its energy and virial from *output on the graph of this force call, as
-  // LAMMPS's flags ask
-  void tally_output(double *f0, bool energy_virial);
   // the ERRORs of a model that throws on a step (`what`: in which
   // evaluation) or returns non-finite values (`where`: which atoms), the
   // same texts for every back end

@@ -85,21 +85,17 @@ class TorchStudent {
   virtual void add_edge_forces(const double *edge_grad, double *dst, int stride) const = 0;
   // fix torch/finetune on a step whose model forces it replaces anyway (an
   // update follows its labels): the next force call builds the graph but
-  // leaves out the model's forces, energy and virial, and the fix completes
-  // them after the update with the parameters then current, so the model runs
-  // once for MD on that step instead of twice. A variant may decline (the
-  // default), and the force call declines when it must tally per-atom energy
-  // or virial; model_deferred() says whether this step's call deferred.
-  // complete_deferred() evaluates the model on the step's graph and adds its
-  // atom forces (local and ghost atoms) to dst[atom * stride + k]; the pair
-  // style's global energy and virial get this rank's `energy` and `virial`
-  // (xx yy zz xy xz yz), which the caller has from its own pass
+  // leaves out the model's forces, energy and virial; the fix adds the forces
+  // of the updated model itself (evaluate_md on the step's graph), so the
+  // model runs once for MD on that step instead of twice. A variant may
+  // decline (the default), and the force call declines when it must tally
+  // per-atom energy or virial; model_deferred() says whether this step's
+  // call deferred. complete_deferred() gives the pair style's global energy
+  // and virial this rank's `energy` and `virial` (xx yy zz xy xz yz), which
+  // the caller has from its own pass
   virtual void defer_next_model_call() {}
   virtual bool model_deferred() const { return false; }
-  virtual void complete_deferred(double * /*dst*/, int /*stride*/, double /*energy*/,
-                                 const double * /*virial*/)
-  {
-  }
+  virtual void complete_deferred(double /*energy*/, const double * /*virial*/) {}
   // for users that read or change per-atom data on the host only on some
   // steps (their KOKKOS data masks are empty): make the host copies current,
   // and say that host forces were changed. No-ops outside KOKKOS.
