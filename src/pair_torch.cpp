@@ -143,6 +143,7 @@ void PairTorch::settings(int narg, char **arg)
   device_name = "cpu";
   committee_mean = false;
   halo_thick = false;
+  fold_images = true;
   int iarg = 0;
   while (iarg < narg) {
     if (strcmp(arg[iarg], "threads") == 0) {
@@ -175,10 +176,14 @@ void PairTorch::settings(int narg, char **arg)
         error->all(FLERR, "Illegal pair_style torch halo value {}: must be exchange or thick",
                    arg[iarg + 1]);
       iarg += 2;
+    } else if (strcmp(arg[iarg], "fold") == 0) {
+      if (iarg + 2 > narg) MLTorchLmp::missing_args(FLERR, "pair_style torch fold", error);
+      fold_images = utils::logical(FLERR, arg[iarg + 1], false, lmp) == 1;
+      iarg += 2;
     } else {
       error->all(FLERR,
-                 "Unknown pair_style torch keyword: {} (expected threads, device, committee or "
-                 "halo)",
+                 "Unknown pair_style torch keyword: {} (expected threads, device, committee, "
+                 "halo or fold)",
                  arg[iarg]);
     }
   }
@@ -235,6 +240,7 @@ void PairTorch::coeff(int narg, char **arg)
 
   MLTorch::set_single_interop_thread();
   MLTorch::keep_large_allocations();
+  MLTorch::cache_tensor_blocks();
   std::vector<std::shared_ptr<MLTorch::Model>> loaded_members;
   std::vector<std::string> files, hashes;
   for (int m = 0; m < nfiles; ++m) {
@@ -357,8 +363,12 @@ void PairTorch::coeff(int narg, char **arg)
                    "pair_style torch: {}\n",
                    use_exchange
                        ? fmt::format("layered model: per-layer halo exchange of {} features per atom "
-                                     "between its {} layers, ghost atoms one cutoff deep",
-                                     join_words(meta.feature_widths), nlayers)
+                                     "between its {} layers, ghost atoms one cutoff deep{}",
+                                     join_words(meta.feature_widths), nlayers,
+                                     fold_possible() ? "; on this single rank ghosts are folded "
+                                                       "onto their owners and the model runs in "
+                                                       "one call ('fold no' keeps the exchange)"
+                                                     : "")
                        : fmt::format("{} message-passing layers on thick ghosts ({} x cutoff){}",
                                      nlayers, nlayers,
                                      halo_thick ? " ('halo thick')"
@@ -481,7 +491,7 @@ void PairTorch::compute(int eflag, int vflag)
   // may have set its own since our last step
   MLTorch::set_num_threads(torch_threads);
   build_graph();
-  if (log_ghosts) log_ghost_counts(static_cast<double>(node2atom.size()));
+  if (log_ghosts) log_ghost_counts(graph_size[0]);
 
   ++ncompute;
   // fix torch/finetune replaces the model's share of this step after its

@@ -136,6 +136,11 @@ class PairTorch : public Pair, public TorchStudent {
   // layered model (every committee member layered) uses the exchange
   bool halo_thick = false;
   bool use_exchange = false;
+  // 'fold yes' (default): with the exchange on a single rank, every ghost
+  // atom is a periodic image of an owned one, and the model runs in one call
+  // on the owned atoms, each edge to a ghost re-pointed at its owner
+  bool fold_images = true;
+  bool folded = false;        // the last graph was folded (build_graph)
   int feature_width = 0;      // widest feature vector exchanged (comm buffer size)
   bool log_ghosts = false;    // log the ghost counts on the next force call
   // what pack/unpack_*_comm move (LAMMPS's commflag convention)
@@ -146,6 +151,8 @@ class PairTorch : public Pair, public TorchStudent {
   struct HaloComm;
   std::unique_ptr<HaloComm> halo;     // the MLTorch::HaloExchange handed to the model
   MLTorch::HaloExchange *halo_exchanger() const;    // it, when this style uses the exchange
+  bool fold_possible() const;    // ghosts can be folded onto owners (see fold_images)
+  bool fold_ghosts();            // folds the built graph; false: left as it was
   // the graph the committee deviation is evaluated on (host buffers)
   virtual void deviation_graph(MLTorch::GraphInput &in) { training_graph(in); }
   bool centroid_supported = true;    // false: this variant computes no centroid virial

@@ -96,8 +96,47 @@ void PairTorch::build_graph()
     }
   }
   edge_index.insert(edge_index.end(), edge_nbr.begin(), edge_nbr.end());
-  graph_size[0] = static_cast<double>(node2atom.size());
+  folded = fold_possible() && fold_ghosts();
+  graph_size[0] = static_cast<double>(folded ? ncounted : node2atom.size());
   graph_size[1] = static_cast<double>(edge_nbr.size());
+}
+
+/* ----------------------------------------------------------------------
+   folding (fold_images): on a single rank every ghost atom is a periodic
+   image of an owned atom. A layered model then needs no halo exchange: each
+   edge's neighbour becomes the owner's node (the edge keeps its vector to
+   the image), and the model runs once on the owned atoms, as on a periodic
+   graph. edge_nbr keeps the ghost, so the forces still go to the image and
+   reach the owner by LAMMPS's reverse communication, and per-atom virials
+   split as before. The model's energy and edge gradients are those of the
+   exchange: the exchange sets a ghost's features from its owner; folding
+   reads the owner's features directly.
+------------------------------------------------------------------------- */
+
+bool PairTorch::fold_possible() const
+{
+  return fold_images && use_exchange && comm->nprocs == 1 && atom->tag_enable &&
+      atom->map_style != Atom::MAP_NONE;
+}
+
+bool PairTorch::fold_ghosts()
+{
+  const int nlocal = atom->nlocal;
+  const tagint *tag = atom->tag;
+  const std::size_t nedges = edge_nbr.size();
+  for (std::size_t e = 0; e < nedges; ++e) {
+    const int a = node2atom[edge_nbr[e]];
+    if (a < nlocal) continue;
+    const int owner = atom->map(tag[a]);
+    // an owner that is no centre of this style (pair_style hybrid): keep the exchange
+    const int node = (owner >= 0 && owner < nlocal) ? atom2node[owner] : -1;
+    if (node < 0 || node >= ncounted) {
+      std::copy(edge_nbr.begin(), edge_nbr.end(), edge_index.begin() + nedges);
+      return false;
+    }
+    edge_index[nedges + e] = node;
+  }
+  return true;
 }
 
 /* ----------------------------------------------------------------------
@@ -127,13 +166,13 @@ PairTorch::GhostReach PairTorch::ghost_reach() const
 
 void PairTorch::graph_input(MLTorch::GraphInput &in) const
 {
-  in.n_nodes = static_cast<int64_t>(node2atom.size());
+  in.n_nodes = folded ? ncounted : static_cast<int64_t>(node2atom.size());
   in.n_local = ncounted;
   in.n_edges = static_cast<int64_t>(edge_nbr.size());
   in.edge_vectors = edge_vec.data();
   in.edge_index = edge_index.data();
   in.species = species.data();
-  in.halo = halo_exchanger();
+  in.halo = folded ? nullptr : halo_exchanger();
 }
 
 /* ---------------------------------------------------------------------- */
@@ -215,6 +254,8 @@ void PairTorch::log_ghost_counts(double nnodes)
     utils::logmesg(lmp,
                    "pair_style torch: {}: ghost atoms per rank {:.0f} to {:.0f} (mean {:.1f}), "
                    "graph nodes per rank {:.0f} to {:.0f} for {:.0f} owned atoms\n",
-                   use_exchange ? "halo exchange" : "thick ghosts", lo[0], hi[0],
+                   folded ? "ghosts folded onto their owners"
+                          : (use_exchange ? "halo exchange" : "thick ghosts"),
+                   lo[0], hi[0],
                    sum[0] / comm->nprocs, lo[1], hi[1], sum[2]);
 }

@@ -10,9 +10,11 @@
 
 #include <caffe2/serialize/inline_container.h>
 #include <gtest/gtest.h>
+#include <torch/torch.h>
 
 #include <cmath>
 #include <csignal>
+#include <cstdint>
 #include <fstream>
 #include <functional>
 #include <random>
@@ -542,4 +544,57 @@ TEST(DistributedGradient, TwoDomainsEqualOne)
   EXPECT_GT(gmax, 0.0);
   std::printf("[ DDP      ] 2 domains vs 1: forces %.2e, parameter gradient %.2e (%lld parameters)\n",
               dforce, dgrad, static_cast<long long>(g1.size()));
+}
+
+/* ----------------------------------------------------------------------
+   the tensor block cache (cache_tensor_blocks): size classes of 1/16
+   octave; a freed block serves the next tensor that fits it (up to twice
+   its size), blocks alive at once are distinct, small tensors and larger
+   ones get blocks of their own, and the values are those written
+------------------------------------------------------------------------- */
+
+TEST(TensorBlockCache, ReusesFreedBlocks)
+{
+  using MLTorch::tensor_block_class;
+  EXPECT_EQ(tensor_block_class(100), 100u);          // below 4 KiB: not cached
+  EXPECT_EQ(tensor_block_class(4096), 4096u);
+  EXPECT_EQ(tensor_block_class(4097), 4096u + 256u); // steps of 1/16 of the octave
+  EXPECT_EQ(tensor_block_class(100000), 102400u);    // 65536 <= n < 131072: steps of 4096
+  for (std::size_t n = 4096; n < 10000000; n = n * 9 / 8 + 1) {
+    const std::size_t c = tensor_block_class(n);
+    EXPECT_GE(c, n);
+    EXPECT_LE(c, n + n / 16 + 1);
+  }
+
+  ASSERT_TRUE(MLTorch::cache_tensor_blocks());
+  auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  void *first = nullptr;
+  {
+    auto a = torch::full({10000}, 1.5, f64);    // 80,000 bytes
+    first = a.data_ptr();
+  }
+  {
+    // 79,200 bytes, the same class: the freed block again
+    auto b = torch::full({9900}, 2.5, f64);
+    EXPECT_EQ(b.data_ptr(), first);
+    // alive at the same time: a block of its own
+    auto c = torch::full({9900}, 3.5, f64);
+    EXPECT_NE(c.data_ptr(), first);
+    EXPECT_EQ(b.sum().item<double>(), 2.5 * 9900);
+    EXPECT_EQ(c.sum().item<double>(), 3.5 * 9900);
+  }
+  {
+    // a tensor of a fifth of the size: the smallest free block that fits,
+    // up to twice its size, so neither 80 KB block
+    auto d = torch::full({2000}, 1.0, f64);
+    EXPECT_NE(d.data_ptr(), first);
+    // a larger tensor than any free block: a new one
+    auto e = torch::full({50000}, 1.0, f64);
+    EXPECT_NE(e.data_ptr(), first);
+    // 10% larger than the first: the first block had 1/8 headroom
+    auto g = torch::full({11000}, 4.0, f64);
+    EXPECT_EQ(g.data_ptr(), first);
+    EXPECT_EQ(g.sum().item<double>(), 4.0 * 11000);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(g.data_ptr()) % 64, 0u);    // c10's alignment
+  }
 }

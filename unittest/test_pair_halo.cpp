@@ -105,6 +105,69 @@ INSTANTIATE_TEST_SUITE_P(Layered, HaloExchange,
                          [](const auto &info) { return info.param.name; });
 
 /* ----------------------------------------------------------------------
+   folded ghosts (fold yes, the default with the exchange on one rank): the
+   model runs once on the owned atoms, edges to ghosts pointing at their
+   owners; the same energy, forces, virial and per-atom terms as the
+   exchange (fold no) at set-up and after NVE steps, and graphs of exactly
+   the owned atoms on one rank (on more ranks nothing is folded)
+------------------------------------------------------------------------- */
+
+class FoldedGhosts : public ::testing::TestWithParam<HaloCase> {};
+
+TEST_P(FoldedGhosts, EqualsExchange)
+{
+  const HaloCase &c = GetParam();
+  const std::string coeff = "\npair_coeff * * " + c.model + " Si";
+  const auto setup = crystal("lattice diamond 5.431", 28.0855, c.triclinic, c.nrep, c.slab);
+  System sys{c.name, setup, "pair_style torch fold no" + coeff, "pair_style torch" + coeff, true, false};
+  const auto exchange = simulate(sys, false, 5);
+  const auto folded = simulate(sys, true, 5);
+  const double tol = 1e-12;
+  for (int k = 0; k < 2; k++) {
+    const auto &a = folded[k], &b = exchange[k];
+    const std::string tag = c.name + (k == 0 ? " run0" : " run5") + " folded";
+    const double dpe = std::fabs(a.pe - b.pe) / std::fabs(b.pe);
+    EXPECT_LE(dpe, tol) << tag << " energy " << a.pe << " vs " << b.pe;
+    EXPECT_LE(max_rel_dev(a.virial, b.virial), tol) << tag << " virial";
+    EXPECT_LE(max_rel_dev(a.f, b.f), tol) << tag << " forces";
+    EXPECT_LE(max_rel_dev(a.x, b.x), tol) << tag << " positions";
+    EXPECT_LE(max_rel_dev(a.peatom, b.peatom), tol) << tag << " per-atom energy";
+    EXPECT_LE(max_rel_dev(a.satom, b.satom), tol) << tag << " per-atom virial";
+    report(tag + " pe", dpe);
+    report(tag + " f", max_rel_dev(a.f, b.f));
+    report(tag + " virial", max_rel_dev(a.virial, b.virial));
+  }
+
+  // the graph the model saw: the owned atoms alone when folded
+  auto nodes = [&](const std::string &style) {
+    Lammps l;
+    l.cmds(setup);
+    l.cmds({style, "pair_coeff * * " + c.model + " Si", "run 0 post no"});
+    int dim = 0;
+    const auto *size = static_cast<double *>(l.lmp->force->pair->extract("graph_size", dim));
+    return std::make_pair(size[0], static_cast<double>(l.lmp->atom->nlocal));
+  };
+  const auto fold = nodes("pair_style torch"), keep = nodes("pair_style torch fold no");
+  if (nprocs == 1) {
+    EXPECT_EQ(fold.first, fold.second) << c.name;
+    EXPECT_GT(keep.first, keep.second) << c.name;
+  } else {
+    EXPECT_EQ(fold.first, keep.first) << c.name;
+  }
+  if (me == 0)
+    std::printf("[ folded   ] %s on %d rank(s), rank 0: graph nodes %.0f folded, %.0f with the "
+                "exchange, for %.0f owned atoms\n", c.name.c_str(), nprocs, fold.first, keep.first,
+                fold.second);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layered, FoldedGhosts,
+                         ::testing::Values(HaloCase{"mp2", mp2, 3, false, false},
+                                           HaloCase{"mp2_self_images", mp2, 1, false, false},
+                                           HaloCase{"mp4_triclinic", mp4, 2, true, false},
+                                           HaloCase{"mp4_slab", mp4, 2, false, true}),
+                         [](const auto &info) { return info.param.name; });
+
+/* ----------------------------------------------------------------------
    a committee of 3 and 4 members inside pair_style hybrid/overlay: its
    per-member reverse communication (3 values per member and atom) needs
    more than the buffers pair_style hybrid sized from its sub-styles' flags

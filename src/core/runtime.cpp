@@ -10,13 +10,19 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
+#include <map>
+#include <vector>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -73,6 +79,124 @@ long keep_large_allocations()
 #else
   return 0;
 #endif
+}
+
+namespace {
+  // LibTorch's CPU tensors from a cache of blocks in size classes. A model
+  // allocates its temporaries afresh at every step, in sizes that follow the
+  // edge and atom counts; through malloc these ever-changing sizes split and
+  // merge the heap's free blocks so that, over a long run, a new largest
+  // hole keeps being needed and the heap (and the resident size) creeps up
+  // by a few KB per 1000 steps (bench/RESULTS.md, the soak). Here a freed
+  // block of 4 KiB or more waits for the next tensor that fits it (up to
+  // twice the block's size); blocks are made in size classes (16 per
+  // octave) with 1/8 headroom, so after the first steps the model's tensors
+  // reuse the same blocks and the heap stops moving. LibTorch has such a cache only for CUDA and, on the CPU,
+  // in its mobile builds (c10::CPUCachingAllocator), not in the LibTorch
+  // that desktops and clusters use. The cache keeps the largest set of
+  // blocks that were alive at once; it never shrinks within a process.
+  class BlockCache final : public c10::Allocator {
+   public:
+    static constexpr std::size_t kHeader = 64;    // keeps c10's 64-byte alignment
+    static constexpr std::size_t kSmallest = 4096;
+
+    static std::size_t size_class(std::size_t n)
+    {
+      if (n < kSmallest) return n;
+      std::size_t top = kSmallest;
+      while (top <= n / 2) top *= 2;    // top <= n < 2 top
+      const std::size_t step = top / 16;
+      return (n + step - 1) / step * step;
+    }
+
+    c10::DataPtr allocate(std::size_t n) override
+    {
+      const std::size_t size = size_class(n);
+      char *block = nullptr;
+      if (size >= kSmallest) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        // the smallest free block that fits, up to twice the size: a block
+        // serves any smaller tensor, so new blocks are made only when more
+        // memory is alive at once than ever before in the run
+        auto it = free_.lower_bound(size);
+        if (it != free_.end() && it->first <= 2 * size) {
+          block = static_cast<char *>(it->second.back());
+          it->second.pop_back();
+          if (it->second.empty()) free_.erase(it);
+        }
+      }
+      if (!block) {
+        // a new block 1/8 larger than asked: the counts' thermal ups and
+        // downs then fit the blocks made in the first steps
+        const std::size_t made = size < kSmallest ? size : size_class(n + n / 8);
+        block = static_cast<char *>(c10::alloc_cpu(made + kHeader));
+        *reinterpret_cast<std::size_t *>(block) = made;
+      }
+      // data and context are the same pointer, as LibTorch's raw_allocate needs
+      void *data = block + kHeader;
+      return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
+    }
+
+    c10::DeleterFnPtr raw_deleter() const override { return &release; }
+
+    void copy_data(void *dest, const void *src, std::size_t count) const override
+    {
+      default_copy_data(dest, src, count);
+    }
+
+    static BlockCache &instance()
+    {
+      // never destroyed: tensors may be freed during static destruction
+      static BlockCache *cache = new BlockCache;
+      return *cache;
+    }
+
+   private:
+    static void release(void *data)
+    {
+      if (!data) return;
+      char *block = static_cast<char *>(data) - kHeader;
+      const std::size_t size = *reinterpret_cast<std::size_t *>(block);
+      if (size < kSmallest) {
+        c10::free_cpu(block);
+        return;
+      }
+      BlockCache &cache = instance();
+      std::lock_guard<std::mutex> lock(cache.mutex_);
+      cache.free_[size].push_back(block);
+    }
+
+    std::mutex mutex_;
+    std::map<std::size_t, std::vector<void *>> free_;    // block size -> free blocks
+  };
+}    // namespace
+
+bool cache_tensor_blocks()
+{
+  static int installed = -1;
+  if (installed < 0) {
+    // MLTORCH_TENSOR_CACHE=0 leaves LibTorch's own CPU allocator in place;
+    // priority 1 over LibTorch's default 0, and an embedding program that
+    // installed its own allocator with a higher priority keeps it
+    const char *env = std::getenv("MLTORCH_TENSOR_CACHE");
+    installed = (env && std::strcmp(env, "0") == 0) ? 0 : 1;
+    if (installed) {
+      // MKL's own memory manager keeps a GEMM work buffer (240 KB here)
+      // from the first product of a new shape class on, at a random step
+      // of a long run: with it off (MKL's documented switch, read when MKL
+      // first allocates, before any model runs here) MKL takes its buffers
+      // from malloc per call, from the same steady heap
+      setenv("MKL_DISABLE_FAST_MM", "1", /*overwrite=*/0);
+      c10::SetCPUAllocator(&BlockCache::instance(), /*priority=*/1);
+      installed = (c10::GetCPUAllocator() == &BlockCache::instance()) ? 1 : 0;
+    }
+  }
+  return installed == 1;
+}
+
+std::size_t tensor_block_class(std::size_t bytes)
+{
+  return BlockCache::size_class(bytes);
 }
 
 int get_num_threads()

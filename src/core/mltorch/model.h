@@ -10,6 +10,7 @@
 
 #include "mltorch/halo.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -216,6 +217,17 @@ void set_single_interop_thread();
 // step here). Once per process; a MALLOC_MMAP_THRESHOLD_ set by the user
 // wins. Returns the threshold in effect (0: unknown or not glibc).
 long keep_large_allocations();
+// LibTorch's CPU tensors of 4 KiB or more from a cache of blocks (size
+// classes of 16 per octave, made with 1/8 headroom) that reuses freed blocks
+// for any tensor that fits, instead of returning them to malloc: the model's
+// temporaries, whose sizes change with the graph at every step, then stop
+// fragmenting the heap, and the resident size of a long run stays flat (MKL's
+// own buffer cache is turned off for the same reason). Once per process;
+// MLTORCH_TENSOR_CACHE=0 in the environment keeps LibTorch's own allocator
+// and MKL's. Returns whether the cache is in place.
+bool cache_tensor_blocks();
+// the size class of a tensor of `bytes` bytes in that cache
+std::size_t tensor_block_class(std::size_t bytes);
 std::string libtorch_version();
 
 }    // namespace MLTorch
