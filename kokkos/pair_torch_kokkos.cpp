@@ -54,6 +54,8 @@ PairTorchKokkos<DeviceType>::PairTorchKokkos(LAMMPS *lmp) :
   // no device centroid virial yet: compute centroid/stress/atom refuses torch/kk
   // rather than getting a pairwise split (use pair_style torch for it)
   centroid_supported = false;
+  // its graphs are built on the device, with the exchange on any rank count
+  fold_supported = false;
   centroidstressflag = CENTROID_NOTAVAIL;
   atomKK = (AtomKokkos *) atom;
   execution_space = ExecutionSpaceFromDevice<DeviceType>::space;

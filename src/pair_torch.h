@@ -156,6 +156,7 @@ class PairTorch : public Pair, public TorchStudent {
   // the graph the committee deviation is evaluated on (host buffers)
   virtual void deviation_graph(MLTorch::GraphInput &in) { training_graph(in); }
   bool centroid_supported = true;    // false: this variant computes no centroid virial
+  bool fold_supported = true;        // false: this variant builds graphs that are never folded
   std::vector<int> type2species;    // LAMMPS type -> model species, -1 for NULL
 
   // graph buffers, grown and reused from step to step

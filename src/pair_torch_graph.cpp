@@ -115,7 +115,7 @@ void PairTorch::build_graph()
 
 bool PairTorch::fold_possible() const
 {
-  return fold_images && use_exchange && comm->nprocs == 1 && atom->tag_enable &&
+  return fold_supported && fold_images && use_exchange && comm->nprocs == 1 && atom->tag_enable &&
       atom->map_style != Atom::MAP_NONE;
 }
 
