@@ -135,6 +135,9 @@ TEST_F(PairTorchErrors, HaloMode)
 {
   EXPECT_ERROR("Illegal pair_style torch halo value thin: must be exchange or thick",
                "pair_style torch halo thin");
+  EXPECT_ERROR("Expected boolean parameter instead of 'maybe' in input script or data file",
+               "pair_style torch fold maybe");
+  EXPECT_ERROR("Illegal pair_style torch fold command: missing argument", "pair_style torch fold");
 }
 
 TEST_F(PairTorchErrors, DeviationKeywords)
