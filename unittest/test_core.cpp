@@ -550,7 +550,8 @@ TEST(DistributedGradient, TwoDomainsEqualOne)
    the tensor block cache (cache_tensor_blocks): size classes of 1/16
    octave; a freed block serves the next tensor that fits it (up to twice
    its size), blocks alive at once are distinct, small tensors and larger
-   ones get blocks of their own, and the values are those written
+   ones get blocks of their own, and the values are those written. Run in
+   a process of its own (ctest TensorBlockCache): the cache starts empty
 ------------------------------------------------------------------------- */
 
 TEST(TensorBlockCache, ReusesFreedBlocks)

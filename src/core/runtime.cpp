@@ -19,9 +19,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <sstream>
-#include <map>
 #include <vector>
 
 #include <fcntl.h>
@@ -91,10 +91,11 @@ namespace {
   // block of 4 KiB or more waits for the next tensor that fits it (up to
   // twice the block's size); blocks are made in size classes (16 per
   // octave) with 1/8 headroom, so after the first steps the model's tensors
-  // reuse the same blocks and the heap stops moving. LibTorch has such a cache only for CUDA and, on the CPU,
-  // in its mobile builds (c10::CPUCachingAllocator), not in the LibTorch
-  // that desktops and clusters use. The cache keeps the largest set of
-  // blocks that were alive at once; it never shrinks within a process.
+  // reuse the same blocks and the heap stops moving. LibTorch has such a
+  // cache only for CUDA and, on the CPU, in its mobile builds
+  // (c10::CPUCachingAllocator), not in the LibTorch that desktops and
+  // clusters use. The cache keeps the largest set of blocks that were alive
+  // at once; it never shrinks within a process.
   class BlockCache final : public c10::Allocator {
    public:
     static constexpr std::size_t kHeader = 64;    // keeps c10's 64-byte alignment
