@@ -18,6 +18,7 @@
 #include <fstream>
 #include <functional>
 #include <random>
+#include <cstdlib>
 #include <string>
 
 #include <sys/resource.h>
@@ -568,6 +569,8 @@ TEST(TensorBlockCache, ReusesFreedBlocks)
   }
 
   ASSERT_TRUE(MLTorch::cache_tensor_blocks());
+  // MKL's own buffer cache is off with it (unless the environment said otherwise)
+  ASSERT_NE(std::getenv("MKL_DISABLE_FAST_MM"), nullptr);
   auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
   void *first = nullptr;
   {
@@ -598,4 +601,16 @@ TEST(TensorBlockCache, ReusesFreedBlocks)
     EXPECT_EQ(g.sum().item<double>(), 4.0 * 11000);
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(g.data_ptr()) % 64, 0u);    // c10's alignment
   }
+}
+
+// MLTORCH_TENSOR_CACHE=0 (doc/pair_torch.rst) keeps LibTorch's allocator and
+// MKL's buffer cache; ctest TensorBlockCacheOff runs this with it set
+TEST(TensorBlockCacheOff, LibTorchAllocatorKept)
+{
+  const char *env = std::getenv("MLTORCH_TENSOR_CACHE");
+  if (!env || std::string(env) != "0") GTEST_SKIP() << "run with MLTORCH_TENSOR_CACHE=0";
+  EXPECT_FALSE(MLTorch::cache_tensor_blocks());
+  EXPECT_EQ(std::getenv("MKL_DISABLE_FAST_MM"), nullptr);
+  auto t = torch::full({10000}, 1.5, torch::TensorOptions().dtype(torch::kFloat64));
+  EXPECT_EQ(t.sum().item<double>(), 1.5 * 10000);
 }
