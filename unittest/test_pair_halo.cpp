@@ -47,6 +47,30 @@ TEST(NVE, SiliconLocalModelConservesEnergy)
    periodic images of its own atoms; 1-4 ranks (ctest HaloExchange_np*)
 ------------------------------------------------------------------------- */
 
+// two runs of the same system agree to 1e-12 relative in energy, virial,
+// forces, positions, per-atom energy and per-atom virial
+static void expect_same(const Snapshot &a, const Snapshot &b, const std::string &tag)
+{
+  const double tol = 1e-12;
+  const double dpe = std::fabs(a.pe - b.pe) / std::fabs(b.pe);
+  const double dvir = max_rel_dev(a.virial, b.virial);
+  const double df = max_rel_dev(a.f, b.f);
+  const double dx = max_rel_dev(a.x, b.x);
+  const double dpa = max_rel_dev(a.peatom, b.peatom);
+  const double dsa = max_rel_dev(a.satom, b.satom);
+  EXPECT_LE(dpe, tol) << tag << " energy " << a.pe << " vs " << b.pe;
+  EXPECT_LE(dvir, tol) << tag << " virial";
+  EXPECT_LE(df, tol) << tag << " forces";
+  EXPECT_LE(dx, tol) << tag << " positions";
+  EXPECT_LE(dpa, tol) << tag << " per-atom energy";
+  EXPECT_LE(dsa, tol) << tag << " per-atom virial";
+  report(tag + " pe", dpe);
+  report(tag + " f", df);
+  report(tag + " virial", dvir);
+  report(tag + " pe/atom", dpa);
+  report(tag + " stress/atom", dsa);
+}
+
 struct HaloCase {
   std::string name, model;
   int nrep;
@@ -68,28 +92,7 @@ TEST_P(HaloExchange, EqualsThickGhosts)
              "pair_style torch halo thick" + coeff, "pair_style torch" + coeff, true, false};
   const auto thick = simulate(sys, false, 5);
   const auto exchange = simulate(sys, true, 5);
-  const double tol = 1e-12;
-  for (int k = 0; k < 2; k++) {
-    const auto &a = exchange[k], &b = thick[k];
-    const std::string tag = c.name + (k == 0 ? " run0" : " run5");
-    const double dpe = std::fabs(a.pe - b.pe) / std::fabs(b.pe);
-    const double dvir = max_rel_dev(a.virial, b.virial);
-    const double df = max_rel_dev(a.f, b.f);
-    const double dx = max_rel_dev(a.x, b.x);
-    const double dpa = max_rel_dev(a.peatom, b.peatom);
-    const double dsa = max_rel_dev(a.satom, b.satom);
-    EXPECT_LE(dpe, tol) << tag << " energy " << a.pe << " vs " << b.pe;
-    EXPECT_LE(dvir, tol) << tag << " virial";
-    EXPECT_LE(df, tol) << tag << " forces";
-    EXPECT_LE(dx, tol) << tag << " positions";
-    EXPECT_LE(dpa, tol) << tag << " per-atom energy";
-    EXPECT_LE(dsa, tol) << tag << " per-atom virial";
-    report(tag + " pe", dpe);
-    report(tag + " f", df);
-    report(tag + " virial", dvir);
-    report(tag + " pe/atom", dpa);
-    report(tag + " stress/atom", dsa);
-  }
+  for (int k = 0; k < 2; k++) expect_same(exchange[k], thick[k], c.name + (k == 0 ? " run0" : " run5"));
 }
 
 static const std::string mp2 = potentials + "/si_mp2.pt", mp4 = test_models + "/si_mp4_layered.pt";
@@ -122,21 +125,8 @@ TEST_P(FoldedGhosts, EqualsExchange)
   System sys{c.name, setup, "pair_style torch fold no" + coeff, "pair_style torch" + coeff, true, false};
   const auto exchange = simulate(sys, false, 5);
   const auto folded = simulate(sys, true, 5);
-  const double tol = 1e-12;
-  for (int k = 0; k < 2; k++) {
-    const auto &a = folded[k], &b = exchange[k];
-    const std::string tag = c.name + (k == 0 ? " run0" : " run5") + " folded";
-    const double dpe = std::fabs(a.pe - b.pe) / std::fabs(b.pe);
-    EXPECT_LE(dpe, tol) << tag << " energy " << a.pe << " vs " << b.pe;
-    EXPECT_LE(max_rel_dev(a.virial, b.virial), tol) << tag << " virial";
-    EXPECT_LE(max_rel_dev(a.f, b.f), tol) << tag << " forces";
-    EXPECT_LE(max_rel_dev(a.x, b.x), tol) << tag << " positions";
-    EXPECT_LE(max_rel_dev(a.peatom, b.peatom), tol) << tag << " per-atom energy";
-    EXPECT_LE(max_rel_dev(a.satom, b.satom), tol) << tag << " per-atom virial";
-    report(tag + " pe", dpe);
-    report(tag + " f", max_rel_dev(a.f, b.f));
-    report(tag + " virial", max_rel_dev(a.virial, b.virial));
-  }
+  for (int k = 0; k < 2; k++)
+    expect_same(folded[k], exchange[k], c.name + (k == 0 ? " run0" : " run5") + " folded");
 
   // the graph the model saw: the owned atoms alone when folded
   auto nodes = [&](const std::string &style) {
