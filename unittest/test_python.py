@@ -264,6 +264,60 @@ class Graph(unittest.TestCase):
         self.assertAlmostEqual(float(e_small), float(e_big), delta=1e-10 * abs(float(e_big)))
 
 
+class E3nnContractionOrder(unittest.TestCase):
+    """mltorch.importers.e3nn_paths: e3nn's tensor products with the Clebsch-Gordan
+    contraction reordered give e3nn's values and gradients, also when scripted."""
+
+    def products(self):
+        from e3nn import o3
+        features, sh = o3.Irreps("16x0e+8x1o+6x1e+4x2e"), o3.Irreps.spherical_harmonics(3)
+        # a convolution as SevenNet and NequIP build it: every allowed path, 'uvu'
+        out, instr = [], []
+        for i1, (mul, ir1) in enumerate(features):
+            for i2, (_, ir2) in enumerate(sh):
+                for ir in ir1 * ir2:
+                    instr.append((i1, i2, len(out), "uvu", True))
+                    out.append((mul, ir))
+        conv = o3.TensorProduct(features, sh, o3.Irreps(out), instr, shared_weights=False,
+                                internal_weights=False)
+        full = o3.FullyConnectedTensorProduct("4x0e+3x1o+2x2e", "2x0e+2x1o+1x2e", "5x0e+4x1o+3x2e")
+        return [(conv, features.dim, sh.dim), (full, full.irreps_in1.dim, full.irreps_in2.dim)]
+
+    def test_values_and_gradients_unchanged(self):
+        import copy
+        from e3nn.util.jit import script
+        from mltorch.importers.e3nn_paths import contract_small_first
+        torch.manual_seed(5)
+        torch.set_default_dtype(torch.float64)    # e3nn folds constants in the default dtype
+        try:
+            products = self.products()
+        finally:
+            torch.set_default_dtype(torch.float32)
+        rewritten_total = 0
+        for tp, d1, d2 in products:
+            tp = tp.double()
+            mine = copy.deepcopy(tp)
+            n = contract_small_first(mine)
+            rewritten_total += n
+            code = mine._compiled_main_left_right.code
+            if n:
+                self.assertLess(code.count("tensordot"), tp._compiled_main_left_right.code.count("tensordot"))
+            x1 = torch.randn(7, d1, dtype=torch.float64, requires_grad=True)
+            x2 = torch.randn(7, d2, dtype=torch.float64, requires_grad=True)
+            w = torch.randn(7 if not tp.shared_weights else 1, tp.weight_numel, dtype=torch.float64,
+                            requires_grad=True) if not tp.internal_weights else None
+            for a, b in ((tp, mine), (script(tp), script(mine))):
+                args = (x1, x2) if w is None else (x1, x2, w)
+                want, got = a(*args), b(*args)
+                self.assertLess(float((want - got).abs().max()), 1e-13 * float(want.abs().max()))
+                gw = torch.autograd.grad((want ** 2).sum(), [t for t in args])
+                gg = torch.autograd.grad((got ** 2).sum(), [t for t in args])
+                for u, v in zip(gw, gg):
+                    self.assertLess(float((u - v).abs().max()), 1e-12 * float(u.abs().max()))
+        # the convolution has paths with l1, l2 > 0 (16 of them here): all reordered
+        self.assertGreaterEqual(rewritten_total, 16)
+
+
 @unittest.skipUnless(os.environ.get("ML_TORCH_LMP"), "ML_TORCH_LMP (the lmp executable) not set")
 class FinetuneOutput(unittest.TestCase):
     def test_saved_model_is_the_trained_model(self):

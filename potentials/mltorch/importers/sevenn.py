@@ -26,7 +26,10 @@ What the wrapper changes, each checked against SevenNet's own model
   checkpoint's values bitwise;
 - the model is built with float64 as torch's default dtype, because e3nn
   folds constants into the scripted code in the dtype current at scripting
-  time.
+  time;
+- the convolutions contract the spherical harmonics with the Clebsch-Gordan
+  tensor before the neighbour features (e3nn_paths.contract_small_first: the
+  same sums in a cheaper order, 1.3x faster here).
 """
 
 import os
@@ -35,6 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from .common import ImportFailed, default_dtype, quiet, sha256  # noqa: F401 (re-exported)
+from .e3nn_paths import contract_small_first
 
 PRETRAINED = {
     "7net-0": "SevenNet_0__11Jul2024/checkpoint_sevennet_0.pth",
@@ -189,6 +193,8 @@ class SevenNetModel(nn.Module):
         self.post = nn.ModuleList([mods[n] for n in post[:-len(SKIPPED)]])
         self.num_blocks = n_blocks
         self.feature_dims = [int(b[2]._comm_size) for b in blocks]
+        # the convolutions' Clebsch-Gordan contractions in a cheaper order (e3nn_paths)
+        self.reordered_contractions = contract_small_first(self)
 
     def script_blocks(self):
         """Compile every SevenNet module as SevenNet's own deployment does (e3nn's
