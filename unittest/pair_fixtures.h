@@ -199,5 +199,24 @@ inline void report(const std::string &what, double dev)
     std::printf("[ DEV      ] %-26s np=%d  max relative deviation %.3e\n", what.c_str(), nprocs, dev);
 }
 
+// largest relative deviations of run a from run b in the global quantities
+struct GlobalDeviation {
+  double pe, virial, f, x;
+};
+
+// a agrees with b within tol (relative) in energy, virial, forces and
+// positions; the deviations, for report()
+inline GlobalDeviation expect_global_within(const Snapshot &a, const Snapshot &b, double tol,
+                                            const std::string &tag)
+{
+  const GlobalDeviation d{std::fabs(a.pe - b.pe) / std::fabs(b.pe), max_rel_dev(a.virial, b.virial),
+                          max_rel_dev(a.f, b.f), max_rel_dev(a.x, b.x)};
+  EXPECT_LE(d.pe, tol) << tag << " energy " << a.pe << " vs " << b.pe;
+  EXPECT_LE(d.virial, tol) << tag << " virial";
+  EXPECT_LE(d.f, tol) << tag << " forces";
+  EXPECT_LE(d.x, tol) << tag << " positions";
+  return d;
+}
+
 
 #endif
