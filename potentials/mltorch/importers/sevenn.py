@@ -194,7 +194,7 @@ class SevenNetModel(nn.Module):
         self.num_blocks = n_blocks
         self.feature_dims = [int(b[2]._comm_size) for b in blocks]
         # the convolutions' Clebsch-Gordan contractions in a cheaper order (e3nn_paths)
-        self.reordered_contractions = contract_small_first(self)
+        contract_small_first(self)
 
     def script_blocks(self):
         """Compile every SevenNet module as SevenNet's own deployment does (e3nn's
