@@ -318,6 +318,47 @@ class E3nnContractionOrder(unittest.TestCase):
         self.assertGreaterEqual(rewritten_total, 16)
 
 
+class GatherSources(unittest.TestCase):
+    """mltorch.compiled.realize_gather_sources: row gathers of node tensors read a
+    contiguous buffer in the compiled code; values are unchanged."""
+
+    @staticmethod
+    def f(h, idx, cols):
+        # a node tensor in the component-major layout of e3nn's linear-layer
+        # gradients ([N, i, u] read as [N, u, i]), scaled, then read onto edges
+        n = h.shape[0]
+        t = h.view(n, 3, 5).transpose(1, 2).reshape(n, 15) / 3.0
+        rows = idx.unsqueeze(1).expand(-1, 15)
+        return (torch.gather(t, 0, rows), torch.index_select(t, 0, idx), t[idx],
+                torch.gather(t, 1, cols),            # along the row: not a node read
+                torch.sigmoid(t[:, 0])[idx])         # a 1-D source: nothing to lay out
+
+    def test_constrains_row_gathers_only_and_keeps_values(self):
+        from torch.fx.experimental.proxy_tensor import make_fx
+        from mltorch.compiled import realize_gather_sources
+        torch.manual_seed(3)
+        h = torch.randn(6, 15, dtype=torch.float64)
+        idx = torch.randint(0, 6, (40,))
+        cols = torch.randint(0, 15, (6, 4))
+        gm = make_fx(self.f, tracing_mode="symbolic")(h, idx, cols)
+        self.assertEqual(realize_gather_sources(gm), 3)
+        forced = [n for n in gm.graph.nodes
+                  if n.op == "call_function" and "inductor_force_stride_order" in str(n.target)]
+        self.assertEqual(len(forced), 3)
+        for n in forced:
+            self.assertEqual(list(n.args[1]), [15, 1])    # contiguous rows of the [N, 15] source
+            self.assertEqual(n.args[0].meta["val"].shape[1], 15)
+        want = self.f(h, idx, cols)
+        torch._dynamo.reset()
+        got = torch.compile(gm, dynamic=True)(h, idx, cols)
+        for a, b in zip(want, got):
+            self.assertEqual(a.shape, b.shape)
+            self.assertLessEqual(float((a - b).abs().max()), 1e-15 * float(a.abs().max()))
+        # the constraint is layout only: the traced graph itself gives the same
+        for a, b in zip(want, gm(h, idx, cols)):
+            self.assertTrue(torch.equal(a, b))
+
+
 @unittest.skipUnless(os.environ.get("ML_TORCH_LMP"), "ML_TORCH_LMP (the lmp executable) not set")
 class FinetuneOutput(unittest.TestCase):
     def test_saved_model_is_the_trained_model(self):
