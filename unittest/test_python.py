@@ -359,6 +359,48 @@ class GatherSources(unittest.TestCase):
             self.assertTrue(torch.equal(a, b))
 
 
+class SmallProducts(unittest.TestCase):
+    """mltorch.compiled.unroll_small_bmm: batched products with an inner dimension of
+    at most 8 become sums of products (values and gradients kept); larger ones stay."""
+
+    @staticmethod
+    def f(x):
+        # per-edge contractions as e3nn's reordered tensor products make them
+        # (small sizes fixed by the code, the edge count free), and one with a
+        # 12-wide inner dimension
+        y = torch.bmm(x[:, 0:12].view(-1, 4, 3), x[:, 12:27].view(-1, 3, 5))    # inner 3
+        z = torch.bmm(y.transpose(1, 2), x[:, 27:35].view(-1, 4, 2))            # inner 4
+        big = x[:, 0:36].view(-1, 3, 12)
+        return y, z, torch.bmm(big, big.transpose(1, 2))                       # inner 12
+
+    def test_small_inner_dimensions_only(self):
+        from torch.fx.experimental.proxy_tensor import make_fx
+        from mltorch.compiled import unroll_small_bmm
+        torch.manual_seed(4)
+        x = torch.randn(9, 40, dtype=torch.float64)
+
+        def value_and_grad(x):    # forward and backward in one graph, as mltorch-compile traces
+            with torch.enable_grad():
+                v = x.detach().requires_grad_(True)
+                outs = self.f(v)
+                (g,) = torch.autograd.grad(sum((o ** 2).sum() for o in outs), [v])
+            return (*[o.detach() for o in outs], g)
+
+        gm = make_fx(value_and_grad, tracing_mode="symbolic")(x)
+        products = lambda: [m for m in gm.graph.nodes if m.target is torch.ops.aten.bmm.default]
+        inner = lambda m: m.args[0].meta["val"].shape[2]
+        before = products()
+        self.assertEqual(sorted(inner(m) for m in before if inner(m) > 8), [12])
+        n = unroll_small_bmm(gm)
+        self.assertEqual(n, len(before) - 1)
+        self.assertGreaterEqual(n, 6)    # the forward's two, the backward's of y and z and big
+        self.assertEqual([inner(m) for m in products()], [12])
+        want, got = value_and_grad(x), gm(x)
+        for u, v in zip(want, got):
+            self.assertEqual(u.shape, v.shape)
+            self.assertLess(float((u - v).abs().max()), 1e-13 * float(u.abs().max()))
+
+
 @unittest.skipUnless(os.environ.get("ML_TORCH_LMP"), "ML_TORCH_LMP (the lmp executable) not set")
 class FinetuneOutput(unittest.TestCase):
     def test_saved_model_is_the_trained_model(self):
