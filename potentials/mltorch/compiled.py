@@ -6,7 +6,9 @@ The package holds three things:
   - the compiled energy-and-gradient function: inputs (edge_vectors [E, 3],
     edge_index [2, E], species [N], local_species [n_local], *state), outputs
     (node energies [n_local], dE/dr_ij [E, 3]).  The backward pass is part of
-    the compiled graph (traced with make_fx, exported with dynamic E, N and
+    the compiled graph (traced with make_fx, rewritten by two passes that
+    change how Inductor lays out and computes it, not what it computes:
+    realize_gather_sources, unroll_small_bmm; exported with dynamic E, N and
     n_local, compiled by AOTInductor).  The parameters and buffers (`state`)
     are inputs, not constants, so the package holds no weights: a model that
     fix torch/finetune updates reaches the compiled code on the next step
