@@ -131,6 +131,7 @@ def realize_gather_sources(gm):
     """
     try:    # the module that registers Inductor's prims (not imported by torch itself)
         from torch._inductor.inductor_prims import force_stride_order
+        from torch._prims_common import make_contiguous_strides_for
     except (ImportError, AttributeError):    # another torch: leave the graph to Inductor
         return 0
     aten = torch.ops.aten
@@ -150,9 +151,7 @@ def realize_gather_sources(gm):
         val = src.meta.get("val") if isinstance(src, torch.fx.Node) else None
         if val is None or val.dim() < 2 or not all(isinstance(d, int) for d in val.shape[1:]):
             continue
-        stride = [1] * val.dim()
-        for d in range(val.dim() - 2, -1, -1):
-            stride[d] = stride[d + 1] * val.shape[d + 1]
+        stride = list(make_contiguous_strides_for(val.shape))    # ints: all sizes but the first are
         with gm.graph.inserting_before(node):
             forced = gm.graph.call_function(force_stride_order, (src, stride))
         forced.meta["val"] = val
