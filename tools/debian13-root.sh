@@ -68,6 +68,17 @@ kokkos_archives() {
   done
 }
 
+# apt_install DIR: the packages into the root DIR. Each step is checked here:
+# set -e does not act inside a function or { ...; } whose status is tested
+# (if !, ||, &&), so an unchecked failed step would go unnoticed and the root
+# would be marked complete
+apt_install() {
+  local dir=$1 apt=(env DEBIAN_FRONTEND=noninteractive apt-get -y -qq -o Dpkg::Use-Pty=0)
+  run_in_sub "$dir" "${apt[@]}" update || return
+  run_in_sub "$dir" "${apt[@]}" install --no-install-recommends "${packages[@]}" || return
+  run_in_sub "$dir" "${apt[@]}" install --no-install-recommends -t unstable libkokkos-dev || return
+}
+
 create() {
   local root=$1
   if [ -f "$root/.ml-torch-complete" ]; then
@@ -82,8 +93,9 @@ create() {
   tmp="$root.partial"
   # a half-made root from an interrupted run: nothing is mounted in it (run_in
   # mounts in a private namespace; debootstrap's own mounts die with it), but
-  # check before deleting through a mount
-  if grep -q " $tmp/" /proc/mounts; then
+  # check before deleting through a mount (/proc/mounts names mount points
+  # with every symlink resolved)
+  if grep -qF " $(realpath -m -- "$tmp")/" /proc/mounts; then
     echo "ERROR: $tmp has mounts (see /proc/mounts); unmount them before re-running" >&2; exit 1
   fi
   rm -rf "$tmp"
@@ -98,13 +110,10 @@ create() {
   printf 'deb %s trixie main\ndeb %s sid main\n' "$uri" "$uri" > "$tmp/etc/apt/sources.list"
   # unstable only where asked for (-t unstable), everything else from trixie
   printf 'Package: *\nPin: release a=unstable\nPin-Priority: 100\n' > "$tmp/etc/apt/preferences.d/ml-torch-sid"
-  local apt=(env DEBIAN_FRONTEND=noninteractive apt-get -y -qq -o Dpkg::Use-Pty=0)
   echo "apt-get install in the root: ${packages[*]}, and libkokkos-dev from unstable (log: $tmp.log)"
-  {
-    run_in_sub "$tmp" "${apt[@]}" update
-    run_in_sub "$tmp" "${apt[@]}" install --no-install-recommends "${packages[@]}"
-    run_in_sub "$tmp" "${apt[@]}" install --no-install-recommends -t unstable libkokkos-dev
-  } >> "$tmp.log" 2>&1 || { tail -20 "$tmp.log"; echo "ERROR: apt-get in the root failed (log: $tmp.log)" >&2; exit 1; }
+  if ! apt_install "$tmp" >> "$tmp.log" 2>&1; then
+    tail -20 "$tmp.log"; echo "ERROR: apt-get in the root failed (log: $tmp.log)" >&2; exit 1
+  fi
   kokkos_archives "$tmp"
   local v
   v=$(run_in_sub "$tmp" dpkg-query -W -f='${Version}' libkokkos-dev)

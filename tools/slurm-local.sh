@@ -61,6 +61,12 @@ binds=(/tmp "$here" "$cache")
 usage() { echo "usage: $0 up | down | status | exec CMD..." >&2; exit 2; }
 say() { echo "slurm-local: $*"; }
 
+# real_path PATH: PATH with every symlink resolved (PATH need not exist). The
+# kernel names a process's root (/proc/PID/root) and mount points (/proc/mounts,
+# mountinfo) so; compared with $root as written (the cache path may pass
+# through a symlink) they would never match
+real_path() { realpath -m -- "$1"; }
+
 # host_debian_uri: the Debian mirror the host's apt already uses
 # shellcheck source=tools/debian-mirror.sh
 . "$here/tools/debian-mirror.sh"
@@ -119,7 +125,7 @@ create_root() {
   tmp=$root.partial
   # debootstrap's own mounts die with it and in_root mounts in a private
   # namespace, but never delete through a mount
-  if grep -q " $tmp/" /proc/mounts; then
+  if grep -qF " $(real_path "$tmp")/" /proc/mounts; then
     echo "ERROR: $tmp has mounts (see /proc/mounts); unmount them first" >&2; exit 1
   fi
   rm -rf "$tmp" "$tmp.log"
@@ -143,13 +149,20 @@ create_root() {
   say "root $root made in $((SECONDS - t0)) s ($(chroot "$root" dpkg-query -W -f='slurm-wlm ${Version}' slurm-wlm))"
 }
 
+# is_in_root PID: whether the root directory of process PID is the Slurm root
+is_in_root() {
+  local r
+  r=$(readlink -f "/proc/$1/root" 2>/dev/null) && [ -n "$r" ] && [ "$r" = "$(real_path "$root")" ]
+}
+
 # PIDs of the processes whose root directory is the Slurm root (the daemons,
 # jobs and clients), found through /proc: only ours
 root_pids() {
-  local p r
+  local p r want
+  want=$(real_path "$root")
   for p in /proc/[0-9]*; do
-    r=$(readlink "$p/root" 2>/dev/null) || continue
-    [ "$r" = "$root" ] && echo "${p#/proc/}"
+    r=$(readlink -f "$p/root" 2>/dev/null) || continue
+    [ -n "$r" ] && [ "$r" = "$want" ] && echo "${p#/proc/}"
   done
   return 0
 }
@@ -163,7 +176,7 @@ pid_of() {
   esac
   [ -f "$f" ] || return 1
   pid=$(cat "$f" 2>/dev/null) || return 1
-  [ -n "$pid" ] && [ "$(readlink "/proc/$pid/root" 2>/dev/null)" = "$root" ] || return 1
+  [ -n "$pid" ] && is_in_root "$pid" || return 1
   echo "$pid"
 }
 
@@ -273,7 +286,7 @@ down() {
   if [ -n "$pids" ]; then
     echo "ERROR: processes still run in $root: $(echo $pids)" >&2; exit 1
   fi
-  if grep -q " $root/" /proc/self/mountinfo; then
+  if grep -qF " $(real_path "$root")/" /proc/self/mountinfo; then
     echo "ERROR: something is still mounted under $root (see /proc/self/mountinfo)" >&2; exit 1
   fi
   say "down: no process runs in $root and nothing is mounted there"
