@@ -5,6 +5,9 @@ Run: python unittest/test_python.py -v   (ctest does; ML_TORCH_LMP
 names the lmp executable for the data test).
 """
 
+import contextlib
+import io
+import json
 import os
 import random
 import resource
@@ -28,7 +31,7 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 
 from mltorch import lammps_data  # noqa: E402
 from mltorch.compiled import compile_model, read_package, rebuild  # noqa: E402
-from mltorch.export import ExportError, export, read_metadata  # noqa: E402
+from mltorch.export import METADATA_NAME, ExportError, export, read_metadata  # noqa: E402
 from mltorch.graph import build_graph, edge_vectors, evaluate  # noqa: E402
 from mltorch.models import LocalMBNet, MPNet  # noqa: E402
 from mltorch.train import batch_predict, errors, fit_energy_shift, prepare, scale_features, train  # noqa: E402
@@ -248,6 +251,148 @@ print "SCRIPT $(pe:%.15g)"
         e_compiled = float(out3.stdout.split("SCRIPT ")[1].split()[0])
         self.assertAlmostEqual(e_script, e_compiled, delta=1e-10 * abs(e_script))
         self.assertGreater(read_metadata(saved)["finetune"]["updates"], 0)
+
+
+class ModelFilesAreData(unittest.TestCase):
+    """A model file names its architecture class; mltorch-compile rebuilds only
+    ML-TORCH's own classes (mltorch.*), so a file naming any other callable is
+    refused before it is imported or called (issue 33)."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+        self.marker = os.path.join(self.tmp, "marker")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def model_file(self, cls, kwargs, name="m.pt"):
+        """A valid model file (Good, no parameters) whose metadata names `cls`."""
+        path = os.path.join(self.tmp, name)
+        export(Good(), path, cutoff=3.0, elements=["Si"], units="metal")
+        meta = dict(read_metadata(path), architecture={"class": cls, "kwargs": kwargs})
+        torch.jit.save(torch.jit.load(path), path,
+                       _extra_files={METADATA_NAME: json.dumps(meta)})
+        return path
+
+    def assert_refused(self, path, cls, own=True):
+        """rebuild(path) raises a ValueError naming the class and the file, and the
+        marker was not made; `own`: the message is the allow-list's."""
+        with self.assertRaises(ValueError) as ctx:
+            rebuild(path)
+        message = str(ctx.exception)
+        if own:
+            self.assertIn("a model file may only name ML-TORCH's own classes", message)
+        self.assertIn(cls, message)
+        self.assertIn(path, message)
+        self.assertFalse(os.path.exists(self.marker), f"{cls} was run")
+        return message
+
+    def test_builtins_and_system_calls_are_refused(self):
+        for cls, kwargs in (("os.system", {"command": f"touch {self.marker}"}),
+                            ("posix.system", {"command": f"touch {self.marker}"}),
+                            ("subprocess.Popen", {"args": ["touch", self.marker]}),
+                            ("builtins.open", {"file": self.marker, "mode": "w"}),
+                            ("builtins.eval", {})):
+            with self.subTest(cls=cls):
+                self.assert_refused(self.model_file(cls, kwargs), cls)
+        out = subprocess.run([os.path.join(root, ".venv", "bin", "mltorch-compile"),
+                              self.model_file("os.system", {"command": f"touch {self.marker}"})],
+                             capture_output=True, text=True)
+        self.assertEqual(out.returncode, 1, out.stdout + out.stderr)
+        self.assertIn("mltorch-compile: ERROR:", out.stderr)
+        self.assertIn("may only name ML-TORCH's own classes", out.stderr)
+        self.assertFalse(os.path.exists(self.marker))
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "m.pt2")))
+
+    def test_classes_of_other_modules_are_refused(self):
+        # a module whose import, and a class whose construction, would leave the marker
+        with open(os.path.join(self.tmp, "evil_architecture.py"), "w") as fh:
+            fh.write("import torch\n"
+                     f"open({self.marker!r}, 'w').close()\n"
+                     "class Evil(torch.nn.Module):\n"
+                     "    def __init__(self):\n"
+                     "        super().__init__()\n"
+                     f"        open({self.marker!r}, 'w').close()\n")
+        sys.path.insert(0, self.tmp)
+        try:
+            for cls, kwargs in (("evil_architecture.Evil", {}),
+                                ("torch.nn.Identity", {}),
+                                ("mltorchx.Evil", {}),
+                                ("mltorch", {})):
+                with self.subTest(cls=cls):
+                    self.assert_refused(self.model_file(cls, kwargs), cls)
+            self.assertFalse("evil_architecture" in sys.modules, "its module was imported")
+        finally:
+            sys.path.remove(self.tmp)
+
+    def test_export_records_only_mltorch_classes(self):
+        with open(os.path.join(self.tmp, "user_architecture.py"), "w") as fh:
+            fh.write("import torch\n"
+                     "class UserModel(torch.nn.Module):\n"
+                     "    def forward(self, edge_vectors: torch.Tensor, edge_index: torch.Tensor,\n"
+                     "                species: torch.Tensor, n_local: int) -> torch.Tensor:\n"
+                     "        r = torch.linalg.norm(edge_vectors, dim=1)\n"
+                     "        out = torch.zeros(species.size(0), dtype=edge_vectors.dtype)\n"
+                     "        return out.index_add(0, edge_index[0], torch.exp(-r))\n")
+        sys.path.insert(0, self.tmp)
+        try:
+            from user_architecture import UserModel
+            path = os.path.join(self.tmp, "user.pt")
+            with self.assertRaises(ExportError) as ctx:
+                export(UserModel(), path, cutoff=3.0, elements=["Si"], units="metal",
+                       architecture={})
+            self.assertIn("user_architecture.UserModel is not one of ML-TORCH's own classes",
+                          str(ctx.exception))
+            self.assertFalse(os.path.exists(path))
+            export(UserModel(), path, cutoff=3.0, elements=["Si"], units="metal")   # without: fine
+        finally:
+            sys.path.remove(self.tmp)
+            sys.modules.pop("user_architecture", None)
+
+    def test_mltorch_names_that_are_not_its_own_classes_are_refused(self):
+        import mltorch.models
+        mltorch.models.Foreign = Good          # another module's class, reachable by name
+        try:
+            for cls, text in (("mltorch.models.Foreign", "is defined in"),
+                              ("mltorch.models.Tensor", "is not a torch.nn.Module class"),
+                              ("mltorch.compiled._Stage", "is not a public class name")):
+                with self.subTest(cls=cls):
+                    self.assertIn(text, self.assert_refused(self.model_file(cls, {}), cls))
+            # a dotted path through a module's attributes is not followed
+            cls = "mltorch.models.torch.nn.Identity"
+            self.assertIn("cannot import", self.assert_refused(self.model_file(cls, {}), cls,
+                                                               own=False))
+        finally:
+            del mltorch.models.Foreign
+
+    def test_shipped_architectures_rebuild(self):
+        for name, cls in (("lj_Ar", "LennardJones"), ("si_local", "LocalMBNet"),
+                          ("si_mp2", "MPNet")):
+            module, meta = rebuild(os.path.join(root, "potentials", name + ".pt"))
+            self.assertEqual(type(module).__name__, cls)
+
+    def test_an_imported_model_names_the_file_it_unpickles(self):
+        # MACEModel's source is a pickled module: without --source the recorded
+        # path is used and a note says so before it is loaded; --source replaces it
+        recorded = os.path.join(self.tmp, "absent", "recorded.model")
+        path = self.model_file("mltorch.importers.mace.MACEModel",
+                               {"path": recorded, "dtype": "float64"})
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), self.assertRaises(ValueError) as ctx:
+            rebuild(path)
+        self.assertIn(recorded, str(ctx.exception))             # no such file: nothing loaded
+        self.assertIn(f"was imported from {recorded!r}", err.getvalue())
+        self.assertIn("unpickles it", err.getvalue())
+        self.assertIn("--source", err.getvalue())
+        given = os.path.join(self.tmp, "absent", "given.model")
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), self.assertRaises(ValueError) as ctx:
+            rebuild(path, source=given)
+        self.assertIn(given, str(ctx.exception))
+        self.assertEqual(err.getvalue(), "")
+        with self.assertRaises(ExportError) as ctx:                # not an imported model
+            rebuild(os.path.join(root, "potentials", "lj_Ar.pt"), source=given)
+        self.assertIn("is not an imported model", str(ctx.exception))
 
 
 class Graph(unittest.TestCase):

@@ -1,6 +1,6 @@
 """mltorch-compile: compile an ML-TORCH model file into an AOTInductor package (.pt2).
 
-    mltorch-compile model.pt [-o model.pt2] [--device cpu|cuda] [--threads N]
+    mltorch-compile model.pt [-o model.pt2] [--device cpu|cuda] [--threads N] [--source FILE]
 
 The package holds three things:
   - the compiled energy-and-gradient function: inputs (edge_vectors [E, 3],
@@ -41,7 +41,7 @@ import zipfile
 
 import torch
 
-from .export import DTYPES, ExportError, read_metadata
+from .export import DTYPES, OWN_PACKAGE, ExportError, read_metadata
 
 COMPILED_NAME = "mltorch_compiled.json"    # under the archive's extra/ folder
 TWIN_NAME = "mltorch/model.pt"              # the TorchScript twin (binary: not under extra/,
@@ -53,29 +53,88 @@ GRAPH_PASSES = 1                            # version of the passes run on the t
                                             # a package made with older passes is right but slower
 
 
-def rebuild(path):
-    """The eager module of a model file, from its recorded architecture and parameters."""
+def architecture_class(name, label="the model file"):
+    """The class that a model file's metadata names (`architecture.class`), if it
+    is one of ML-TORCH's own: a public torch.nn.Module subclass defined in a
+    module under `mltorch.` (mltorch.models, mltorch.analytic, mltorch.layered,
+    mltorch.importers.*). Anything else (os.system, subprocess.Popen, a class of
+    another package) is refused with an ExportError (a ValueError) before its
+    module is imported or anything is called: a model file is data, not code."""
+    def refused(why):
+        return ExportError(
+            f"{label}: its metadata names the architecture class {name!r}, which {why}: a model "
+            f"file may only name ML-TORCH's own classes (torch.nn.Module subclasses defined in the "
+            f"{OWN_PACKAGE} package, such as {OWN_PACKAGE}.models.LocalMBNet); it was not called")
+    if not isinstance(name, str):
+        raise refused("is not a class path")
+    module_name, _, cls_name = name.rpartition(".")
+    parts = module_name.split(".")
+    if parts[0] != OWN_PACKAGE or len(parts) < 2 or not all(q.isidentifier() for q in parts):
+        raise refused(f"is not in a module of the {OWN_PACKAGE} package")
+    if not cls_name.isidentifier() or cls_name.startswith("_"):
+        raise refused("is not a public class name")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ExportError(f"{label}: cannot import the architecture {name}: {e}")
+    cls = getattr(module, cls_name, None)
+    if cls is None:
+        raise ExportError(f"{label}: cannot import the architecture {name}: "
+                          f"{module_name} has no {cls_name}")
+    if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+        raise refused("is not a torch.nn.Module class")
+    if not cls.__module__.startswith(OWN_PACKAGE + "."):
+        raise refused(f"is defined in {cls.__module__}, not in the {OWN_PACKAGE} package")
+    return cls
+
+
+def rebuild(path, source=None, label=None):
+    """The eager module of a model file, from its recorded architecture and parameters.
+
+    The class must be ML-TORCH's own (architecture_class). An importer's class
+    (mltorch.importers.*) is rebuilt from the framework file the model was
+    imported from, which the framework's loader unpickles (torch.load with
+    weights_only=False): that file runs whatever code it holds. `source` (what
+    the user names, mltorch-compile --source) replaces the path recorded in
+    the metadata; without it the recorded path is used and a note on stderr
+    says so before it is loaded. `label` names the file in messages."""
+    label = label or path
     meta = read_metadata(path)
     arch = meta.get("architecture")
     if not isinstance(arch, dict) or "class" not in arch:
         raise ExportError(
-            f"{path} does not record its architecture (metadata 'architecture'), so its eager "
+            f"{label} does not record its architecture (metadata 'architecture'), so its eager "
             "module cannot be rebuilt: export it with mltorch.export(..., architecture=kwargs), or "
             "call mltorch.compiled.compile_model() with the eager module")
-    module_name, _, cls_name = arch["class"].rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module_name), cls_name)
-    except (ImportError, AttributeError) as e:
-        raise ExportError(f"{path}: cannot import the architecture {arch['class']}: {e}")
+    cls = architecture_class(arch["class"], label)
+    kwargs = arch.get("kwargs", {})
+    if not isinstance(kwargs, dict):
+        raise ExportError(f"{label}: its metadata's architecture.kwargs is not a JSON object")
+    kwargs = dict(kwargs)
+    key = getattr(cls, "SOURCE_ARGUMENT", None)    # the framework file an importer unpickles
+    if source is not None:
+        if key is None:
+            raise ExportError(f"--source {source}: {label} ({arch['class']}) is not an imported "
+                              "model, it is rebuilt from no framework file")
+        kwargs[key] = os.path.abspath(source) if os.path.exists(source) else source
+    elif key is not None and kwargs.get(key) is not None \
+            and kwargs[key] not in getattr(cls, "INSTALLED_SOURCES", ()):
+        print(f"mltorch: note: {label} was imported from {kwargs[key]!r} (recorded in its "
+              f"metadata, architecture.kwargs.{key}); rebuilding {arch['class']} loads that file "
+              "with the framework's own loader, which unpickles it (torch.load with "
+              "weights_only=False) and so runs any code it holds. Compile only model files "
+              "whose source you trust, or name the source yourself "
+              "(mltorch-compile --source FILE).",
+              file=sys.stderr, flush=True)
     # in the file's dtype before the parameters are loaded: load_state_dict
     # copies into the existing tensors, and float32 ones would round them
-    module = cls(**arch.get("kwargs", {})).to(DTYPES[meta["dtype"]])
+    module = cls(**kwargs).to(DTYPES[meta["dtype"]])
     scripted = torch.jit.load(path, map_location="cpu")
     try:
         module.load_state_dict(scripted.state_dict())
     except RuntimeError as e:
-        raise ExportError(f"{path}: its parameters do not fit {arch['class']}"
-                          f"({arch.get('kwargs', {})}): {str(e).splitlines()[0]}")
+        raise ExportError(f"{label}: its parameters do not fit {arch['class']}"
+                          f"({kwargs}): {str(e).splitlines()[0]}")
     return module.to(DTYPES[meta["dtype"]]).eval(), meta
 
 
@@ -519,17 +578,18 @@ def try_read_package(path):
         return None, None
 
 
-def compile_file(path, out_path, *, device="cpu", threads=1, simdlen=DEFAULT_SIMDLEN):
-    """Compile a model file (TorchScript .pt, or a package to recompile) into `out_path`."""
+def compile_file(path, out_path, *, device="cpu", threads=1, simdlen=DEFAULT_SIMDLEN, source=None):
+    """Compile a model file (TorchScript .pt, or a package to recompile) into `out_path`.
+    `source`: the framework file an imported model is rebuilt from (rebuild())."""
     twin, _ = try_read_package(path)
     if twin is not None:    # a package: recompile its twin (e.g. for another device)
         with tempfile.TemporaryDirectory() as tmp:
             pt = os.path.join(tmp, "twin.pt")
             with open(pt, "wb") as fh:
                 fh.write(twin)
-            module, _ = rebuild(pt)
+            module, _ = rebuild(pt, source, label=f"{path} ({TWIN_NAME})")
             return compile_model(module, pt, out_path, device=device, threads=threads, simdlen=simdlen)
-    module, _ = rebuild(path)
+    module, _ = rebuild(path, source)
     return compile_model(module, path, out_path, device=device, threads=threads, simdlen=simdlen)
 
 
@@ -542,12 +602,17 @@ def main(argv=None):
                         help="OpenMP threads of the generated CPU code (default 1: one MPI rank per core)")
     parser.add_argument("--simdlen", type=int, default=DEFAULT_SIMDLEN, choices=(0, 128, 256, 512),
                         help=f"vector width in bits of the generated CPU code (default {DEFAULT_SIMDLEN})")
+    parser.add_argument("--source", default=None,
+                        help="for an imported model (mltorch-import): the framework file it was "
+                             "imported from, used instead of the path its metadata records (the "
+                             "framework's loader unpickles it, which runs code: name one you "
+                             "trust)")
     args = parser.parse_args(argv)
     out = args.output or os.path.splitext(args.model)[0] + ".pt2"
     try:
         info = compile_file(args.model, out, device=args.device, threads=args.threads,
-                            simdlen=args.simdlen)
-    except (ExportError, OSError) as e:
+                            simdlen=args.simdlen, source=args.source)
+    except (ValueError, OSError) as e:    # ExportError, an importer's ImportFailed
         print(f"mltorch-compile: ERROR: {e}", file=sys.stderr)
         return 1
     print(f"{out}: compiled for {info['device']} ({info['threads']} thread(s)), "

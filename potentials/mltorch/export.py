@@ -28,6 +28,7 @@ FORMAT_VERSION = 1
 METADATA_NAME = "mltorch_metadata.json"
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 LAMMPS_UNITS = ("lj", "real", "metal", "si", "cgs", "electron", "micro", "nano")
+OWN_PACKAGE = "mltorch"    # a model file's architecture may name classes of this package only
 
 
 class ExportError(ValueError):
@@ -143,8 +144,9 @@ def export(module, path, *, cutoff, elements, units, dtype="float64",
     """Script `module`, cast it to `dtype`, check the contract and save it atomically.
 
     `architecture`: the keyword arguments that rebuild `module` from its class
-    (an importable one, not `__main__`).  They are stored in the metadata so
-    that `mltorch-compile` can rebuild the eager module from the file alone.
+    (one of ML-TORCH's own, in a module under `mltorch.`).  They are stored in
+    the metadata so that `mltorch-compile` can rebuild the eager module from
+    the file alone.
     """
     if dtype not in DTYPES:
         raise ExportError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
@@ -187,6 +189,11 @@ def export(module, path, *, cutoff, elements, units, dtype="float64",
         if cls.__module__ == "__main__":
             raise ExportError("architecture: the module's class must be importable (defined in a "
                               "package, not in the script being run) to be rebuilt for compiling")
+        if not cls.__module__.startswith(OWN_PACKAGE + "."):
+            raise ExportError(f"architecture: {cls.__module__}.{cls.__qualname__} is not one of "
+                              "ML-TORCH's own classes; mltorch-compile rebuilds only those (a "
+                              "model file may only name classes of the mltorch package): export "
+                              "it without architecture, or put the class in a module of mltorch")
         try:
             json.dumps(architecture)
         except TypeError as e:

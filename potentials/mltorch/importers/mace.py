@@ -50,6 +50,9 @@ def load_mace(path, dtype):
         raise ImportFailed(f"{path}: no such MACE model file")
     with quiet():
         try:
+            # a pickled module (as MACECalculator loads it): weights_only=True cannot
+            # load it, so the file runs whatever code it holds; `path` is the one the
+            # user named, or the source that mltorch.compiled.rebuild names in its note
             model = torch.load(path, weights_only=False, map_location="cpu")
         except Exception as e:
             raise ImportFailed(f"{path} is not a MACE model file that mace-torch can load: {e}")
@@ -67,6 +70,10 @@ class MACEModel(nn.Module):
     maps (the LAMMPS pair_coeff names), by default every element of the
     model in its own order; dtype: "float32" or "float64"; head: the head of
     a multi-head model (by name or index; default its first)."""
+
+    # the argument naming the file it unpickles (torch.load, weights_only=False:
+    # a MACE model file is a pickled module); mltorch.compiled.rebuild says so
+    SOURCE_ARGUMENT = "path"
 
     def __init__(self, path, elements=None, dtype="float64", head=None):
         super().__init__()

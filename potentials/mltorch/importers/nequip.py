@@ -27,6 +27,7 @@ own ASE calculator (`reference()`):
 """
 
 import os
+import pickle
 import tempfile
 from typing import Dict, List, Optional
 
@@ -62,7 +63,13 @@ def load_nequip(path, dtype=None):
                     raise ImportFailed(f"{path} is a {own} package; --dtype {dtype} needs the "
                                        "checkpoint (.ckpt) it was built from")
                 return load_nequip(path)
-            ck = torch.load(path, map_location="cpu", weights_only=False)
+            try:    # nequip-train's checkpoints hold tensors and plain containers only
+                ck = torch.load(path, map_location="cpu", weights_only=True)
+            except pickle.UnpicklingError:
+                # other objects: unpickled as nequip's own loader does with this same
+                # file without --dtype (the path the user named, or the source that
+                # mltorch.compiled.rebuild names in its note)
+                ck = torch.load(path, map_location="cpu", weights_only=False)
             try:
                 ck["hyper_parameters"]["model"]["model_dtype"] = dtype
                 ck["hyper_parameters"]["info_dict"]["training_module"]["model"]["model_dtype"] = dtype
@@ -99,6 +106,11 @@ class NequIPModel(nn.Module):
     importer records the latter as the file's architecture, so that
     mltorch-compile rebuilds the eager module from the file.
     """
+
+    # the argument naming the file it loads (nequip's own loader unpickles a
+    # checkpoint and builds what its config names; a package holds Python
+    # code); mltorch.compiled.rebuild says so
+    SOURCE_ARGUMENT = "path"
 
     def __init__(self, graph_model=None, elements: Optional[List[str]] = None,
                  path: Optional[str] = None, dtype: Optional[str] = None):

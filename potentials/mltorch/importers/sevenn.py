@@ -149,6 +149,12 @@ class SevenNetModel(nn.Module):
     "float32" (SevenNet's training precision) or "float64"; modality: the
     fidelity head of a multi-fidelity model."""
 
+    # the argument naming the checkpoint it unpickles (SevenNet's own loader,
+    # torch.load with weights_only=False); mltorch.compiled.rebuild says so,
+    # except for the shipped names, files of the installed sevenn package
+    SOURCE_ARGUMENT = "checkpoint"
+    INSTALLED_SOURCES = tuple(PRETRAINED)
+
     def __init__(self, checkpoint="7net-0", elements=None, dtype="float32", modality=None):
         super().__init__()
         from ase.data import atomic_numbers, chemical_symbols
