@@ -139,10 +139,8 @@ void FinetuneReplicas::save(const std::string &path,
   if (universe->me == 0) {
     for (int m = 0; message.empty() && m < nm; ++m) {
       try {
-        const std::string prov =
-            fmt::format("{{\"parent_model\": \"{}\", \"parent_file_hash\": \"{}\", \"updates\": {}, "
-                        "\"step\": {}, \"teacher\": \"{}\"}}",
-                        parents[m], parent_hashes[m], nupdates, update->ntimestep, teacher);
+        const std::string prov = MLTorch::provenance_json(parents[m], parent_hashes[m], nupdates,
+                                                          update->ntimestep, teacher);
         MLTorch::write_file_atomic(MLTorch::member_file(path, m), members[m]->file_bytes(prov));
       } catch (std::exception &e) {
         message = fmt::format("Fix torch/finetune: cannot save the model: {}", e.what());

@@ -25,9 +25,17 @@ using namespace LAMMPS_NS;
 
 /* ---------------------------------------------------------------------- */
 
-FinetuneTeacher::FinetuneTeacher(LAMMPS *lmp, const std::string &style_args,
-                                 const std::string &coeff) :
-    Pointers(lmp), style_(style_args), pair(nullptr)
+std::unique_ptr<FinetuneTeacher> FinetuneTeacher::create(LAMMPS *lmp, const std::string &style,
+                                                         const std::string &args, double timeout)
+{
+  if (style == "ipi") return std::make_unique<IpiTeacher>(lmp, args, timeout);
+  return std::make_unique<PairTeacher>(lmp, style, args);
+}
+
+/* ---------------------------------------------------------------------- */
+
+PairTeacher::PairTeacher(LAMMPS *lmp, const std::string &style_args, const std::string &coeff) :
+    FinetuneTeacher(lmp, style_args), pair(nullptr)
 {
   auto style_words = utils::split_words(style_args);
   if (style_words.empty()) error->all(FLERR, "Fix torch/finetune teacher: empty pair style");
@@ -71,17 +79,17 @@ FinetuneTeacher::FinetuneTeacher(LAMMPS *lmp, const std::string &style_args,
   if (auto *t = dynamic_cast<PairTorch *>(pair)) t->set_private_instance();
 }
 
-FinetuneTeacher::~FinetuneTeacher()
+PairTeacher::~PairTeacher()
 {
   delete pair;
 }
 
-int FinetuneTeacher::comm_forward() const
+int PairTeacher::comm_forward() const
 {
   return pair->comm_forward;
 }
 
-int FinetuneTeacher::comm_reverse() const
+int PairTeacher::comm_reverse() const
 {
   return pair->comm_reverse;
 }
@@ -92,16 +100,7 @@ void FinetuneTeacher::init(Pair *student)
 {
   // the teacher labels the whole system; in a pair_style hybrid run the
   // other sub-styles' forces, energy and virial are subtracted, so the
-  // model learns its own share. So the teacher needs every type pair.
-  const int ntypes = atom->ntypes;
-  for (int i = 1; i <= ntypes; ++i)
-    for (int j = i; j <= ntypes; ++j)
-      if (!pair->setflag[i][j])    // (LAMMPS sets the i <= j half only)
-        error->all(FLERR,
-                   "Fix torch/finetune teacher: its coefficients leave atom types {} and {} "
-                   "without interaction; the teacher must describe the whole system (no NULL "
-                   "elements): with pair_style hybrid the fix removes the other sub-styles' share",
-                   i, j);
+  // model learns its own share
   others.clear();
   if (utils::strmatch(force->pair_style, "^hybrid")) {
     // sub-styles by name (pair_match), every instance of each
@@ -118,6 +117,21 @@ void FinetuneTeacher::init(Pair *student)
       }
     }
   }
+}
+
+void PairTeacher::init(Pair *student)
+{
+  FinetuneTeacher::init(student);
+  // the teacher labels the whole system, so it needs every type pair
+  const int ntypes = atom->ntypes;
+  for (int i = 1; i <= ntypes; ++i)
+    for (int j = i; j <= ntypes; ++j)
+      if (!pair->setflag[i][j])    // (LAMMPS sets the i <= j half only)
+        error->all(FLERR,
+                   "Fix torch/finetune teacher: its coefficients leave atom types {} and {} "
+                   "without interaction; the teacher must describe the whole system (no NULL "
+                   "elements): with pair_style hybrid the fix removes the other sub-styles' share",
+                   i, j);
 
   // its own neighbor list; it must fit in the ghost shell
   pair->init();
@@ -129,7 +143,7 @@ void FinetuneTeacher::init(Pair *student)
                "Fix torch/finetune: teacher {} needs neighbors of ghost atoms and has cutoff {}, "
                "longer than the model's {}; LAMMPS builds ghost-atom lists to the MD pair style's "
                "cutoff only: use a teacher with a cutoff <= {}",
-               style_, cut_teacher, cut_student, cut_student);
+               description, cut_teacher, cut_student, cut_student);
   if (cut_teacher > cut_student) {
     const double need = cut_teacher + skin;
     const double have = MAX(comm->cutghostuser, cut_student + skin);
@@ -138,7 +152,7 @@ void FinetuneTeacher::init(Pair *student)
                  "Fix torch/finetune: teacher {} has cutoff {} but the model's cutoff is {}: ghost "
                  "atoms reach only {}; add 'comm_modify cutoff {}' (teacher cutoff + skin) to the "
                  "input before the run",
-                 style_, cut_teacher, cut_student, have, need);
+                 description, cut_teacher, cut_student, have, need);
     MLTorchLmp::set_request_cutoff(neighbor, pair, cut_teacher);
   }
 }
@@ -148,15 +162,16 @@ void FinetuneTeacher::init(Pair *student)
 void FinetuneTeacher::label(double **fref, double &e_ref, double *w_ref,
                             const std::function<void()> &sum_to_owners)
 {
-  const int nall = atom->nlocal + atom->nghost;
+  const int nlocal = atom->nlocal;
+  const int nall = nlocal + atom->nghost;
   fsave.resize(3 * static_cast<std::size_t>(nall));
   double **f = atom->f;
   if (nall > 0) {
     std::memcpy(fsave.data(), &f[0][0], sizeof(double) * 3 * nall);
     std::memset(&f[0][0], 0, sizeof(double) * 3 * nall);
   }
-  // the other hybrid sub-styles go in first with the opposite sign: the
-  // labels are the teacher's minus their share (their lists are this step's)
+  // the other hybrid sub-styles' share of this step (their lists are this
+  // step's), summed onto the owners, to be taken off the labels
   double e_other = 0.0, w_other[6] = {0, 0, 0, 0, 0, 0};
   if (!others.empty()) {
     for (Pair *p : others) {
@@ -164,14 +179,41 @@ void FinetuneTeacher::label(double **fref, double &e_ref, double *w_ref,
       e_other += p->eng_vdwl + p->eng_coul;
       for (int k = 0; k < 6; ++k) w_other[k] += p->virial[k];
     }
-    for (int i = 0; i < nall; ++i)
-      for (int k = 0; k < 3; ++k) f[i][k] = -f[i][k];
+    sum_to_owners();
+    f = atom->f;
+    fothers.assign(3 * static_cast<std::size_t>(nlocal), 0.0);
+    if (nlocal > 0) std::memcpy(fothers.data(), &f[0][0], sizeof(double) * 3 * nlocal);
+    if (nall > 0) std::memset(&f[0][0], 0, sizeof(double) * 3 * nall);
   }
+  try {
+    reference(fref, e_ref, w_ref, sum_to_owners);
+  } catch (...) {
+    f = atom->f;
+    if (nall > 0) std::memcpy(&f[0][0], fsave.data(), sizeof(double) * 3 * nall);
+    throw;
+  }
+  if (!others.empty()) {
+    for (int i = 0; i < nlocal; ++i)
+      for (int k = 0; k < 3; ++k) fref[i][k] -= fothers[3 * i + k];
+    e_ref -= e_other;
+    for (int k = 0; k < 6; ++k) w_ref[k] -= w_other[k];
+  }
+  f = atom->f;
+  if (nall > 0) std::memcpy(&f[0][0], fsave.data(), sizeof(double) * 3 * nall);
+}
+
+/* ----------------------------------------------------------------------
+   the pair style's forces (ghost shares summed onto the owners), energy
+   and virial; atom->f is zero on entry
+------------------------------------------------------------------------- */
+
+void PairTeacher::reference(double **fref, double &e_ref, double *w_ref,
+                            const std::function<void()> &sum_to_owners)
+{
   pair->compute(ENERGY_GLOBAL, VIRIAL_PAIR);
   sum_to_owners();
-  f = atom->f;
+  double **f = atom->f;
   if (atom->nlocal > 0) std::memcpy(&fref[0][0], &f[0][0], sizeof(double) * 3 * atom->nlocal);
-  if (nall > 0) std::memcpy(&f[0][0], fsave.data(), sizeof(double) * 3 * nall);
-  e_ref = pair->eng_vdwl + pair->eng_coul - e_other;
-  for (int k = 0; k < 6; ++k) w_ref[k] = pair->virial[k] - w_other[k];
+  e_ref = pair->eng_vdwl + pair->eng_coul;
+  for (int k = 0; k < 6; ++k) w_ref[k] = pair->virial[k];
 }

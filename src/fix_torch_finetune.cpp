@@ -95,7 +95,7 @@ FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
     error->all(FLERR, "Fix torch/finetune supports point particles only (this atom style has "
                       "torques)");
 
-  teacher = std::make_unique<FinetuneTeacher>(lmp, set->teacher_style, set->teacher_coeff);
+  teacher = FinetuneTeacher::create(lmp, set->teacher_style, set->teacher_coeff, set->teacher_timeout);
   replicas = std::make_unique<FinetuneReplicas>(lmp);
   setup_trainable();
 
@@ -269,6 +269,8 @@ void FixTorchFinetune::setup_pre_force(int /*vflag*/)
       fmt::format(" | run {} steps from {} to {}", update->nsteps, update->firststep, update->laststep);
   replicas->check_consistent(fingerprint, !synced, trainer->state(), trainer->policy);
   synced = true;
+  // an external teacher's client connects (all replicas agree on failures)
+  replicas->agree(teacher->connect());
 }
 
 /* ---------------------------------------------------------------------- */
@@ -389,7 +391,7 @@ void FixTorchFinetune::save_model(const std::string &path)
 {
   std::vector<std::string> parents;
   for (int m = 0; m < static_cast<int>(members.size()); ++m) parents.push_back(student->member_path(m));
-  replicas->save(path, members, parents, member_hashes, set->teacher_style, trainer->count.nupdates,
+  replicas->save(path, members, parents, member_hashes, teacher->describe(), trainer->count.nupdates,
                  set->log_every > 0);
 }
 

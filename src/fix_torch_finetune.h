@@ -128,6 +128,7 @@ class FixTorchFinetune : public Fix {
   void sum_to_owners(int which);
   void copy_to_ghosts(int which);
   void save_model(const std::string &path);
+  std::string energy_shift_text() const;
 };
 
 }    // namespace LAMMPS_NS

@@ -43,7 +43,7 @@ void FixTorchFinetune::parse_settings(LAMMPS *lmp, int narg, char **arg,
   static const std::vector<std::string> keywords{
       "teacher", "weights", "lr", "optimizer", "weight_decay", "momentum", "schedule", "clip",
       "accumulate", "max_force_error", "rollback", "save", "log", "check", "train", "freeze",
-      "replay", "replay_memory", "uncertainty"};
+      "replay", "replay_memory", "uncertainty", "teacher_timeout", "energy_shift"};
   auto is_keyword = [&](const char *w) {
     for (const auto &k : keywords)
       if (k == w) return true;
@@ -56,7 +56,8 @@ void FixTorchFinetune::parse_settings(LAMMPS *lmp, int narg, char **arg,
     if (kw == "teacher") {
       if (iarg + 3 > narg)
         error->all(FLERR, "fix torch/finetune teacher needs a pair style and its coefficients, "
-                          "e.g. teacher sw \"* * Si.sw Si\"");
+                          "e.g. teacher sw \"* * Si.sw Si\", or an i-PI address, e.g. teacher "
+                          "ipi \"si 31415 unix\"");
       s.teacher_style = arg[iarg + 1];
       s.teacher_coeff = arg[iarg + 2];
       iarg += 3;
@@ -171,6 +172,18 @@ void FixTorchFinetune::parse_settings(LAMMPS *lmp, int narg, char **arg,
                    arg[iarg + 1], arg[iarg + 2]);
       s.gated = true;
       iarg += 3;
+    } else if (kw == "teacher_timeout") {
+      s.teacher_timeout = number(iarg + 1, "teacher_timeout");
+      if (!(s.teacher_timeout > 0) || !std::isfinite(s.teacher_timeout))
+        error->all(FLERR, "Fix torch/finetune teacher_timeout must be > 0 seconds");
+      iarg += 2;
+    } else if (kw == "energy_shift") {
+      if (iarg + 2 > narg) MLTorchLmp::missing_args(FLERR, "fix torch/finetune energy_shift", error);
+      const std::string v = arg[iarg + 1];
+      if (v != "fit" && v != "none")
+        error->all(FLERR, "Fix torch/finetune energy_shift must be fit or none, not '{}'", v);
+      s.energy_shift = v == "fit" ? 1 : 0;
+      iarg += 2;
     } else if (kw == "replay_memory") {
       s.replay_mbytes = number(iarg + 1, "replay_memory");
       if (!(s.replay_mbytes > 0)) error->all(FLERR, "Fix torch/finetune replay_memory must be > 0 MB");
@@ -181,5 +194,8 @@ void FixTorchFinetune::parse_settings(LAMMPS *lmp, int narg, char **arg,
   }
   if (s.teacher_style.empty())
     error->all(FLERR, "Fix torch/finetune needs a reference: teacher <pair style> \"<pair_coeff "
-                      "arguments>\"");
+                      "arguments>\" or teacher ipi \"ADDRESS PORT [unix]\"");
+  // an external code's total energy has its own zero (pseudopotentials,
+  // functional): per-element shifts are fitted unless the user says none
+  if (s.energy_shift < 0) s.energy_shift = s.teacher_style == "ipi" ? 1 : 0;
 }

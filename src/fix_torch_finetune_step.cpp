@@ -73,6 +73,18 @@ void FixTorchFinetune::train_current(const MLTorch::GraphInput &in)
   double e_ref_part = 0.0, w_ref_part[6];
   teacher->label(fref, e_ref_part, w_ref_part, [this] { sum_to_owners(COMM_F); });
   ++trainer->count.ncalls;
+  // energy_shift fit: the replica's element counts of this configuration
+  std::vector<double> counts;
+  if (!trainer->energy_shift.empty()) {
+    std::vector<double> mine(trainer->energy_shift[0].nspecies(), 0.0);
+    for (int i = 0; i < nlocal; ++i) {
+      const int s = student->species_of_type(type[i]);
+      if (s >= 0) mine[s] += 1.0;
+    }
+    counts.resize(mine.size());
+    MPI_Allreduce(mine.data(), counts.data(), static_cast<int>(mine.size()), MPI_DOUBLE, MPI_SUM,
+                  world);
+  }
 
   // every member learns the labels (the last one treated is member 1, the
   // MD model: fpart keeps its forces and the statistics are its own)
@@ -84,6 +96,18 @@ void FixTorchFinetune::train_current(const MLTorch::GraphInput &in)
     double e_part = 0.0, w_part[6];
     auto &node_forces = node_buf;
     replicas->agreed_call("", [&] { model.forward_train(in, e_part, node_forces, w_part); });
+
+    // the energy label relative to this member's fitted reference
+    // (MLTorch::EnergyShift): the fit takes this configuration's residual
+    double e_ref_m = e_ref_part;
+    if (!trainer->energy_shift.empty()) {
+      const double two[2] = {e_part, e_ref_part};
+      double sums[2];
+      MPI_Allreduce(two, sums, 2, MPI_DOUBLE, MPI_SUM, world);
+      auto &shift = trainer->energy_shift[m];
+      shift.add(counts, sums[1] - sums[0]);
+      if (comm->me == 0) e_ref_m -= shift.shift_of(counts);
+    }
 
     // full model forces on the owners: LAMMPS reverse communication
     if (nall > 0) std::memset(&fpart[0][0], 0, sizeof(double) * 3 * nall);
@@ -100,7 +124,7 @@ void FixTorchFinetune::train_current(const MLTorch::GraphInput &in)
       covered += 1.0;
       for (int k = 0; k < 3; ++k) se_f_part += (fpart[i][k] - fref[i][k]) * (fpart[i][k] - fref[i][k]);
     }
-    const auto c = MLTorch::configuration_loss(e_part, e_ref_part, w_part, w_ref_part, covered,
+    const auto c = MLTorch::configuration_loss(e_part, e_ref_m, w_part, w_ref_part, covered,
                                                se_f_part, *set, world);
     natoms = c.natoms;
     // the same sum on every rank of the replica, so all of them throw
@@ -214,14 +238,15 @@ void FixTorchFinetune::take_step()
     const double *v = trainer->stats;
     utils::logmesg(lmp,
                    "fix torch/finetune: step {} {} {} loss {:.6g} E_rmse {:.6g} F_rmse {:.6g} "
-                   "W_rmse {:.6g} |grad| {:.6g} lr {:.6g} configs {} replayed {}{}\n",
+                   "W_rmse {:.6g} |grad| {:.6g} lr {:.6g} configs {} replayed {}{}{}\n",
                    update->ntimestep, MLTorch::describe(out.action), c.nupdates, v[0], v[1], v[2],
                    v[3], out.gnorm, out.lr, static_cast<bigint>(out.all.n),
                    static_cast<bigint>(out.all.ngrad - out.all.n),
                    set->gated ? fmt::format(" | this replica: teacher calls {}, saved {}, above "
                                             "the window {}, empty updates {}",
                                             c.ncalls, c.nknown, c.nabove, c.nempty)
-                              : std::string());
+                              : std::string(),
+                   energy_shift_text());
   }
   if (set->check_every > 0 && nevents % set->check_every == 0)
     replicas->checksum_guard(trainer->state(), c.nupdates);
@@ -271,3 +296,19 @@ void FixTorchFinetune::refresh_forces(const MLTorch::GraphInput &in, double **be
     for (int k = 0; k < 3; ++k) f[i][k] += before ? resid[i][k] - before[i][k] : resid[i][k];
 }
 
+
+/* ----------------------------------------------------------------------
+   the fitted energy reference of the MD model (energy_shift fit) for the
+   log: " | energy shift El1 mu1 El2 mu2 ..." per atom, in energy units
+------------------------------------------------------------------------- */
+
+std::string FixTorchFinetune::energy_shift_text() const
+{
+  if (trainer->energy_shift.empty()) return {};
+  const auto &mu = trainer->energy_shift[0].shifts();
+  const auto &el = model_->metadata().elements;
+  std::string out = " | energy shift";
+  for (std::size_t s = 0; s < mu.size() && s < el.size(); ++s)
+    out += fmt::format(" {} {:.10g}", el[s], mu[s]);
+  return out;
+}

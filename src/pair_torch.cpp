@@ -21,6 +21,7 @@
 #include "neigh_list.h"
 #include "neighbor.h"
 #include "platform.h"
+#include "universe.h"
 #include "update.h"
 
 #include "mltorch/committee.h"
@@ -139,6 +140,7 @@ void PairTorch::settings(int narg, char **arg)
 {
   // re-issuing pair_style torch keeps the model (LAMMPS keeps coefficients)
   // but takes the new settings: omitted keywords get their defaults again
+  const bool thick_before = halo_thick, fold_before = fold_images;
   nthreads = 0;
   device_name = "cpu";
   committee_mean = false;
@@ -187,12 +189,18 @@ void PairTorch::settings(int narg, char **arg)
                  arg[iarg]);
     }
   }
+  // after pair_coeff: the next init() derives and logs the new halo mode
+  if (model_ && (halo_thick != thick_before || fold_images != fold_before))
+    halo_settings_changed = true;
 }
 
 /* ----------------------------------------------------------------------
    the LibTorch device of this rank: 'device cuda' gives the node-local
    ranks the node's GPUs in turn (rank k on a node uses GPU k mod #GPUs,
-   as LAMMPS's GPU and KOKKOS packages do); 'device cuda:N' is used as given
+   as LAMMPS's GPU and KOKKOS packages do). The node-local rank is counted
+   in the whole job (universe), not in this partition: with -partition the
+   replicas on a node would otherwise all start at GPU 0. 'device cuda:N'
+   is used as given.
 ------------------------------------------------------------------------- */
 
 std::string PairTorch::torch_device() const
@@ -203,11 +211,11 @@ std::string PairTorch::torch_device() const
   int local = 0;
 #ifndef MPI_STUBS
   MPI_Comm node;
-  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, comm->me, MPI_INFO_NULL, &node);
+  MPI_Comm_split_type(universe->uworld, MPI_COMM_TYPE_SHARED, universe->me, MPI_INFO_NULL, &node);
   MPI_Comm_rank(node, &local);
   MPI_Comm_free(&node);
 #endif
-  return "cuda:" + std::to_string(local % ngpu);
+  return MLTorch::cuda_device_for_rank(local, ngpu);
 }
 
 /* ----------------------------------------------------------------------
@@ -324,6 +332,35 @@ void PairTorch::coeff(int narg, char **arg)
 
   cutoff = meta.cutoff;
   nlayers = meta.num_interaction_layers;
+  derive_halo_mode();
+  if (comm->me == 0)
+    utils::logmesg(lmp,
+                   "pair_style torch: loaded {} ({}, {} model, format {}, elements {}, cutoff {}, "
+                   "{} interaction layer(s), units {}, device {}, {}, hash {})\n",
+                   model_file, meta.model_type.empty() ? "model" : meta.model_type, meta.dtype,
+                   meta.format_version, join_words(meta.elements), meta.cutoff, nlayers,
+                   meta.units, model_->device(),
+                   model_->is_compiled()
+                       ? fmt::format("compiled AOTInductor package, {} OpenMP thread(s) in its code",
+                                     model_->compiled_threads())
+                       : std::string("TorchScript"),
+                   model_hash_);
+  if (comm->me == 0 && members.size() > 1)
+    utils::logmesg(lmp,
+                   "pair_style torch: committee of {} models (MD on {}): {}\n", members.size(),
+                   committee_mean ? "their mean" : "the first", join_words(member_files));
+  log_halo_mode();
+}
+
+/* ----------------------------------------------------------------------
+   what follows from the model and the halo keywords: exchange or thick
+   ghosts, ghost neighbour lists, the centroid virial, communication sizes.
+   pair_coeff derives it, and so does the next init() after a re-issued
+   pair_style torch changed 'halo' or 'fold' (settings() marks it)
+------------------------------------------------------------------------- */
+
+void PairTorch::derive_halo_mode()
+{
   use_exchange = false;
   feature_width = 0;
   if (nlayers > 1 && !halo_thick) {
@@ -342,22 +379,17 @@ void PairTorch::coeff(int narg, char **arg)
   // a pairwise split would be wrong (compute centroid/stress/atom refuses it)
   centroidstressflag = (nlayers == 1 && centroid_supported) ? CENTROID_AVAIL : CENTROID_NOTAVAIL;
 
-  if (comm->me == 0)
-    utils::logmesg(lmp,
-                   "pair_style torch: loaded {} ({}, {} model, format {}, elements {}, cutoff {}, "
-                   "{} interaction layer(s), units {}, device {}, {}, hash {})\n",
-                   model_file, meta.model_type.empty() ? "model" : meta.model_type, meta.dtype,
-                   meta.format_version, join_words(meta.elements), meta.cutoff, nlayers,
-                   meta.units, model_->device(),
-                   model_->is_compiled()
-                       ? fmt::format("compiled AOTInductor package, {} OpenMP thread(s) in its code",
-                                     model_->compiled_threads())
-                       : std::string("TorchScript"),
-                   model_hash_);
-  if (comm->me == 0 && members.size() > 1)
-    utils::logmesg(lmp,
-                   "pair_style torch: committee of {} models (MD on {}): {}\n", members.size(),
-                   committee_mean ? "their mean" : "the first", join_words(member_files));
+  // per-member forces travel to their owners in one reverse communication;
+  // the exchange moves feature_width values per atom both ways
+  comm_forward = use_exchange ? feature_width : 0;
+  comm_reverse = std::max(members.size() > 1 ? 3 * static_cast<int>(members.size()) : 0,
+                          use_exchange ? feature_width : 0);
+  halo_settings_changed = false;
+}
+
+void PairTorch::log_halo_mode()
+{
+  const auto &meta = model_->metadata();
   if (comm->me == 0 && nlayers > 1)
     utils::logmesg(lmp,
                    "pair_style torch: {}\n",
@@ -368,7 +400,9 @@ void PairTorch::coeff(int narg, char **arg)
                                      fold_possible() ? "; on this single rank ghosts are folded "
                                                        "onto their owners and the model runs in "
                                                        "one call ('fold no' keeps the exchange)"
-                                                     : "")
+                                     : (comm->nprocs == 1 && !fold_images
+                                            ? "; 'fold no': the exchange runs on this single rank"
+                                            : ""))
                        : fmt::format("{} message-passing layers on thick ghosts ({} x cutoff){}",
                                      nlayers, nlayers,
                                      halo_thick ? " ('halo thick')"
@@ -381,11 +415,6 @@ void PairTorch::coeff(int narg, char **arg)
                                      "under the halo exchange its stages run as TorchScript; compile "
                                      "it again, or use 'halo thick' for its single-call code",
                                      model_file));
-  // per-member forces travel to their owners in one reverse communication;
-  // the exchange moves feature_width values per atom both ways
-  comm_forward = use_exchange ? feature_width : 0;
-  comm_reverse = std::max(members.size() > 1 ? 3 * static_cast<int>(members.size()) : 0,
-                          use_exchange ? feature_width : 0);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -398,6 +427,10 @@ void PairTorch::init_style()
     error->all(FLERR, "Pair style torch requires newton pair on (use 'newton on')");
   if (atom->tag_enable == 0) error->all(FLERR, "Pair style torch requires atom IDs");
 
+  if (halo_settings_changed) {
+    derive_halo_mode();
+    log_halo_mode();
+  }
   const auto &meta = model_->metadata();
   if (meta.units != update->unit_style)
     error->all(FLERR,
@@ -434,9 +467,15 @@ void PairTorch::init_style()
                "'comm_modify mode single'",
                model_file, nlayers, nlayers);
   log_ghosts = nlayers > 1;
+  // thick ghosts given up by a re-issued pair_style: the user's ghost cutoff again
+  if (use_exchange && cutghost_user_before >= 0.0) {
+    comm->cutghostuser = cutghost_user_before;
+    cutghost_user_before = -1.0;
+  }
   if (nlayers > 1 && !use_exchange) {
     cutghost_model = nlayers * cutoff + neighbor->skin;
     if (comm->cutghostuser < cutghost_model) {
+      if (cutghost_user_before < 0.0) cutghost_user_before = comm->cutghostuser;
       comm->cutghostuser = cutghost_model;
       if (comm->me == 0)
         utils::logmesg(lmp,

@@ -152,7 +152,17 @@ class PairTorch : public Pair, public TorchStudent {
   std::unique_ptr<HaloComm> halo;     // the MLTorch::HaloExchange handed to the model
   MLTorch::HaloExchange *halo_exchanger() const;    // it, when this style uses the exchange
   bool fold_possible() const;    // ghosts can be folded onto owners (see fold_images)
+  void derive_halo_mode();       // exchange/thick, ghost lists, comm sizes (pair_coeff, init)
+  void log_halo_mode();
+  bool halo_settings_changed = false;    // a re-issued pair_style changed halo or fold
+  double cutghost_user_before = -1.0;    // comm->cutghostuser before thick ghosts raised it
   bool fold_ghosts();            // folds the built graph; false: left as it was
+  // each atom's owner (local index) by forward communication, kept until
+  // the next neighbour list build (fold_ghosts)
+  void find_ghost_owners();
+  std::vector<int> ghost_owner;
+  bigint owners_built = -1;
+  bool fold_refusal_logged = false;
   // the graph the committee deviation is evaluated on (host buffers)
   virtual void deviation_graph(MLTorch::GraphInput &in) { training_graph(in); }
   bool centroid_supported = true;    // false: this variant computes no centroid virial

@@ -22,6 +22,7 @@
 #include "error.h"
 #include "lmp_compat.h"
 #include "neigh_list.h"
+#include "neighbor.h"
 #include "platform.h"
 #include "update.h"
 
@@ -115,23 +116,56 @@ void PairTorch::build_graph()
 
 bool PairTorch::fold_possible() const
 {
-  return fold_supported && fold_images && use_exchange && comm->nprocs == 1 && atom->tag_enable &&
-      atom->map_style != Atom::MAP_NONE;
+  return fold_supported && fold_images && use_exchange && comm->nprocs == 1;
+}
+
+/* ----------------------------------------------------------------------
+   the owner of every ghost atom by LAMMPS's own forward communication:
+   each owned atom sends its local index, and every image (a copy of a
+   copy included) receives its owner's. This needs no atom map (LAMMPS
+   makes one only for molecular atom styles or 'atom_modify map'), leaves
+   the global atom state as it was, and is what forward communication
+   already does each step for the layer features. Local indices change only
+   when LAMMPS reneighbours (sorting, exchange), so the result is kept until
+   the next neighbour list build.
+------------------------------------------------------------------------- */
+
+void PairTorch::find_ghost_owners()
+{
+  const int nlocal = atom->nlocal;
+  const int nall = nlocal + atom->nghost;
+  const bigint built = neighbor->ncalls;
+  if (built == owners_built && static_cast<int>(ghost_owner.size()) == nall) return;
+  halo_buf.assign(nall, -1.0);
+  for (int i = 0; i < nlocal; ++i) halo_buf[i] = static_cast<double>(i);
+  commflag = COMM_FEATURES;
+  comm_width = 1;
+  MLTorchLmp::forward_comm(comm, this, 1);
+  commflag = COMM_MEMBER_FORCES;
+  ghost_owner.resize(nall);
+  for (int i = 0; i < nall; ++i) ghost_owner[i] = static_cast<int>(halo_buf[i]);
+  owners_built = built;
 }
 
 bool PairTorch::fold_ghosts()
 {
   const int nlocal = atom->nlocal;
-  const tagint *tag = atom->tag;
+  find_ghost_owners();
   const std::size_t nedges = edge_nbr.size();
   for (std::size_t e = 0; e < nedges; ++e) {
     const int a = node2atom[edge_nbr[e]];
     if (a < nlocal) continue;
-    const int owner = atom->map(tag[a]);
+    const int owner = ghost_owner[a];
     // an owner that is no centre of this style (pair_style hybrid): keep the exchange
     const int node = (owner >= 0 && owner < nlocal) ? atom2node[owner] : -1;
     if (node < 0 || node >= ncounted) {
       std::copy(edge_nbr.begin(), edge_nbr.end(), edge_index.begin() + nedges);
+      if (!fold_refusal_logged && comm->me == 0)
+        utils::logmesg(lmp, "pair_style torch: ghosts are not folded onto their owners: atom {} "
+                            "has an image among the neighbours but is no centre of this style "
+                            "(pair_style hybrid with NULL types); the halo exchange runs instead\n",
+                       atom->tag[a]);
+      fold_refusal_logged = true;
       return false;
     }
     edge_index[nedges + e] = node;

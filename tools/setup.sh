@@ -52,7 +52,7 @@ sudo_cmd=()
 say "system packages"
 pkgs=(build-essential cmake ninja-build ccache git ca-certificates dpkg-dev
       libopenmpi-dev openmpi-bin python3 python3-venv python3-dev
-      libgtest-dev libgmock-dev libyaml-dev nlohmann-json3-dev)
+      libgtest-dev libgmock-dev libyaml-dev nlohmann-json3-dev cp2k cp2k-data)
 [ "$kokkos_2021" = 1 ] && pkgs+=(libtrilinos-kokkos-dev xz-utils)
 [ "$kokkos" = 1 ] && pkgs+=(debootstrap)
 missing=()

@@ -49,6 +49,12 @@ class FixTorchFinetuneProbe {
   int replay_size() const { return f->trainer->replay.size(); }
   double replay_bytes() const { return f->trainer->replay.bytes(); }
   double compute_vector(int i) const { return f->compute_vector(i); }
+  // energy_shift fit: the MD model's fitted per-element shifts (empty without)
+  std::vector<double> energy_shift() const
+  {
+    if (f->trainer->energy_shift.empty()) return {};
+    return f->trainer->energy_shift[0].shifts();
+  }
   // the largest restart record the fix writes (lowered to reach its error)
   static std::size_t &max_restart_bytes() { return FixTorchFinetune::max_restart_bytes; }
 

@@ -60,6 +60,37 @@ TEST(Metadata, ContentHash)
   EXPECT_EQ(MLTorch::content_hash(""), "cbf29ce484222325");    // FNV-1a offset basis
 }
 
+/* ----------------------------------------------------------------------
+   'device cuda': the GPU of a rank from its node-local rank in the whole
+   job (pair_style torch counts it in the universe, so two replicas on a
+   node with 4 GPUs use GPUs 0-1 and 2-3, not both 0-1)
+------------------------------------------------------------------------- */
+
+TEST(DeviceMapping, NodeLocalRanksShareGpusInTurn)
+{
+  // 8 ranks on a node with 4 GPUs: two replicas of 4 ranks each, numbered
+  // 0-3 and 4-7 in the universe, land on all four GPUs twice
+  std::vector<std::string> got;
+  for (int local = 0; local < 8; ++local) got.push_back(MLTorch::cuda_device_for_rank(local, 4));
+  const std::vector<std::string> want{"cuda:0", "cuda:1", "cuda:2", "cuda:3",
+                                      "cuda:0", "cuda:1", "cuda:2", "cuda:3"};
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(MLTorch::cuda_device_for_rank(5, 1), "cuda:0");
+  EXPECT_EQ(MLTorch::cuda_device_for_rank(2, 3), "cuda:2");
+  EXPECT_EQ(MLTorch::cuda_device_for_rank(3, 0), "cuda");    // no GPU: the load reports it
+}
+
+// the provenance JSON of a saved model: strings with quotes, backslashes
+// and control characters are escaped (a path like that broke the save
+// when the JSON was made by string formatting)
+TEST(Metadata, ProvenanceIsValidJson)
+{
+  const std::string p = MLTorch::provenance_json("dir \"a\"\\b\n.pt", "0123456789abcdef", 3, 40,
+                                                 "sw \"* * Si.sw Si\"");
+  EXPECT_EQ(p, "{\"parent_file_hash\":\"0123456789abcdef\",\"parent_model\":\"dir \\\"a\\\"\\\\b\\n.pt\","
+               "\"step\":40,\"teacher\":\"sw \\\"* * Si.sw Si\\\"\",\"updates\":3}");
+}
+
 TEST(LoadErrors, MissingFile)
 {
   EXPECT_NE(load_error("/nonexistent/model.pt").find("Cannot open model file /nonexistent/model.pt"),

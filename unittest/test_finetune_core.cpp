@@ -151,3 +151,42 @@ TEST(Settings, CommitteeFileNames)
   EXPECT_EQ(MLTorch::member_file("out/model.pt", 2), "out/model.c2.pt");
   EXPECT_EQ(MLTorch::member_file("out.d/model", 1), "out.d/model.c1");
 }
+
+/* ----------------------------------------------------------------------
+   energy_shift fit: the least-squares per-element shifts; a teacher offset
+   by per-element constants moves them by exactly those constants, in the
+   directions the compositions seen determine (minimum norm elsewhere);
+   the state packs and unpacks
+------------------------------------------------------------------------- */
+
+TEST(EnergyShift, FitsPerElementConstants)
+{
+  // two elements, three compositions: residuals n . (1.5, -2.25) + noise-free
+  MLTorch::EnergyShift fit(2), offset(2);
+  const std::vector<std::vector<double>> n{{10, 6}, {8, 8}, {12, 2}};
+  const double mu[2] = {1.5, -2.25}, c[2] = {-40.0, 7.5};
+  for (const auto &k : n) {
+    const double d = k[0] * mu[0] + k[1] * mu[1];
+    fit.add(k, d);
+    offset.add(k, d + k[0] * c[0] + k[1] * c[1]);
+  }
+  EXPECT_NEAR(fit.shifts()[0], mu[0], 1e-12);
+  EXPECT_NEAR(fit.shifts()[1], mu[1], 1e-12);
+  EXPECT_NEAR(offset.shifts()[0] - fit.shifts()[0], c[0], 1e-10);
+  EXPECT_NEAR(offset.shifts()[1] - fit.shifts()[1], c[1], 1e-10);
+  EXPECT_EQ(fit.configurations(), 3);
+
+  // one composition only: n . mu is determined, the rest is minimum norm
+  MLTorch::EnergyShift one(2);
+  one.add({4, 4}, 12.0);
+  EXPECT_NEAR(one.shift_of({4, 4}), 12.0, 1e-12);
+  EXPECT_NEAR(one.shifts()[0], one.shifts()[1], 1e-12);
+
+  MLTorch::EnergyShift back(2);
+  back.unpack(fit.pack());
+  EXPECT_EQ(back.shifts(), fit.shifts());
+  EXPECT_EQ(back.configurations(), 3);
+  EXPECT_TRUE(MLTorch::EnergyShift(2).pack().empty());
+  EXPECT_THROW(MLTorch::EnergyShift(3).unpack(fit.pack()), std::runtime_error);
+  EXPECT_THROW(fit.add({1.0}, 0.0), std::invalid_argument);
+}

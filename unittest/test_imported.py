@@ -214,6 +214,242 @@ class SevenNetThroughLammps(ImportedThroughLammps):
                                          f"(tolerance {tol:.2g})")
 
 
+def small_cell(symbols, a=5.45, seed=3):
+    """8 atoms (`symbols`) on a rattled, sheared diamond cell of side `a`:
+    periodic, triclinic, every atom sees images of itself within 5 A."""
+    rng = np.random.default_rng(seed)
+    fcc = np.array([[0, 0, 0], [0, .5, .5], [.5, 0, .5], [.5, .5, 0]])
+    frac = np.concatenate([fcc, fcc + 0.25])
+    cell = a * np.array([[1.0, 0.0, 0.0], [0.09, 1.0, 0.0], [-0.06, 0.11, 1.0]])
+    return frac @ cell + rng.normal(0, 0.07, (8, 3)), cell, list(symbols)
+
+
+def evaluate_file(module, meta_layers, pos, cell, species, cutoff):
+    """Per-atom energies and forces of an ML-TORCH model as pair_style torch
+    runs it: the stages with the exchange (ghosts one cutoff deep, several
+    ranks) and forward() on the folded graph (one rank: periodic edges
+    between the owned atoms, `fold`); numpy float64."""
+    import torch
+    from mltorch import graph as graphs
+    from mltorch import layered
+    e_l, f_l, _ = layered.evaluate(module, meta_layers, torch.tensor(pos), torch.tensor(cell),
+                                   torch.tensor(species), cutoff, layered=True)
+    g = graphs.build_graph(torch.tensor(pos), torch.tensor(cell), torch.tensor(species), cutoff)
+    x = torch.tensor(pos, requires_grad=True)
+    vec = graphs.edge_vectors(g, x, torch.tensor(cell))
+    n = g.n_local
+    e_f = module(vec, g.owner[g.edge_index], g.species[:n], n)[:n]
+    (dx,) = torch.autograd.grad(e_f.sum(), [x])
+    out = {}
+    for name, e, f in (("stages", e_l, f_l), ("folded forward", e_f, -dx)):
+        e = e.detach().double().numpy()
+        out[name] = {"energy": float(e.sum()), "energies": e, "forces": f.detach().double().numpy()}
+    return out
+
+
+def relative_differences(got, ref):
+    """energy, per-atom energies and forces: max |difference| / max |reference|."""
+    return {"energy": abs(got["energy"] - ref["energy"]) / abs(ref["energy"]),
+            "energies": float(np.abs(got["energies"] - ref["energies"]).max()
+                              / np.abs(ref["energies"]).max()),
+            "forces": float(np.abs(got["forces"] - ref["forces"]).max()
+                            / np.abs(ref["forces"]).max())}
+
+
+def shipped_sevenn_checkpoints():
+    """(name, modality) for every checkpoint file of the installed sevenn
+    wheel and every modality of each (None for single-fidelity), one name per
+    file; fails if the wheel ships a checkpoint the importer does not name."""
+    import glob
+    import sevenn
+    from sevenn.util import load_checkpoint
+    from mltorch.importers import sevenn as s7
+    folder = os.path.join(os.path.dirname(sevenn.__file__), "pretrained_potentials")
+    files = sorted(os.path.relpath(f, folder) for f in glob.glob(os.path.join(folder, "*", "*.pth")))
+    names = {}
+    for name, rel in s7.PRETRAINED.items():
+        names.setdefault(rel, name)      # the first name of each file (7net-0, not its alias)
+    missing = [f for f in files if f not in names]
+    if missing:
+        raise AssertionError(f"the sevenn wheel ships {missing}, which mltorch-import's "
+                             "PRETRAINED does not name")
+    out = []
+    for rel in files:
+        config = load_checkpoint(os.path.join(folder, rel)).config
+        modal_map = config.get("_modal_map") if config.get("use_modality") else None
+        for modality in (sorted(modal_map, key=modal_map.get) if modal_map else [None]):
+            out.append((names[rel], modality))
+    return out
+
+
+@unittest.skipUnless(has("sevenn"), "sevenn is not installed in this environment")
+class SevenNetCheckpoints(unittest.TestCase):
+    """Every checkpoint the sevenn wheel ships, every modality (fidelity head)
+    of each, imported (the wrapper, scripted as the file is) in float64 against
+    SevenNet's own model with that modality (what SevenNetCalculator(modal=)
+    runs, in float64) on an 8-atom periodic triclinic Hf/O/Si cell: energy,
+    forces and per-atom energies to 1e-10 relative, through the stages with
+    the exchange and through forward() on the folded graph. No LAMMPS."""
+
+    ELEMENTS = ["Hf", "O", "Si"]
+    SYMBOLS = ["Hf", "O", "Si", "O", "Si", "O", "Hf", "O"]
+
+    def test_every_shipped_checkpoint_and_modality_float64(self):
+        import torch
+        from ase import Atoms
+        from mltorch.importers import sevenn as s7
+        pos, cell, symbols = small_cell(self.SYMBOLS)
+        atoms = Atoms(symbols, positions=pos, cell=cell, pbc=True)
+        species = [self.ELEMENTS.index(e) for e in symbols]
+        heads = shipped_sevenn_checkpoints()
+        print(f"\nshipped checkpoints and modalities: {heads}")
+        self.assertIn(("7net-mf-0", "PBE"), heads)
+        self.assertIn(("7net-mf-0", "R2SCAN"), heads)
+        energies = {}
+        for name, modality in heads:
+            what = name + (f" --modality {modality}" if modality else "")
+            model = s7.SevenNetModel(name, elements=self.ELEMENTS, dtype="float64",
+                                     modality=modality)
+            model.script_blocks()
+            scripted = torch.jit.script(model)
+            ref = s7.reference(atoms, name, "float64", modality)
+            got = evaluate_file(scripted, model.num_blocks, pos, cell, species, model.cutoff)
+            for path, values in got.items():
+                d = relative_differences(values, ref)
+                print(f"{what}, {path}: relative differences "
+                      + ", ".join(f"{k} {v:.2g}" for k, v in d.items()))
+                for key, value in d.items():
+                    self.assertLess(value, 1e-10, f"{what}, {path}: {key}")
+            energies[(name, modality)] = ref["energy"]
+        # the heads are different models: a modality that is not reaching
+        # the layers would give one head's numbers for both
+        pbe, r2scan = energies[("7net-mf-0", "PBE")], energies[("7net-mf-0", "R2SCAN")]
+        print(f"7net-mf-0 energies: PBE {pbe:.6f} eV, R2SCAN {r2scan:.6f} eV")
+        self.assertGreater(abs(pbe - r2scan), 1e-3)
+
+    def test_reference_modality_is_the_calculators(self):
+        """s7.reference(..., modality) in float32 is SevenNetCalculator(modal=...)."""
+        from ase import Atoms
+        from mltorch.importers import sevenn as s7
+        from sevenn.calculator import SevenNetCalculator
+        pos, cell, symbols = small_cell(self.SYMBOLS)
+        for modality in ("PBE", "R2SCAN"):
+            atoms = Atoms(symbols, positions=pos, cell=cell, pbc=True)
+            atoms.calc = SevenNetCalculator("7net-mf-0", modal=modality, device="cpu")
+            calc = {"energy": atoms.get_potential_energy(), "forces": atoms.get_forces(),
+                    "energies": atoms.calc.results["energies"]}
+            ref = s7.reference(atoms, "7net-mf-0", "float32", modality)
+            d = relative_differences(ref, calc)
+            print(f"\n7net-mf-0 {modality}: reference (float32) vs SevenNetCalculator: "
+                  + ", ".join(f"{k} {v:.2g}" for k, v in d.items()))
+            for key, value in d.items():
+                self.assertLess(value, 1e-6, f"{modality}: {key}")
+
+
+@unittest.skipUnless(has("sevenn"), "sevenn is not installed in this environment")
+class SevenNetImportCommand(unittest.TestCase):
+    """`mltorch-import sevenn` as a user runs it on a multi-fidelity
+    checkpoint named by a relative path (7net-mf-0, --modality R2SCAN,
+    float32, 5 elements), and the import check it runs. No LAMMPS."""
+
+    ELEMENTS = ["Hf", "O", "Si", "Zn", "S"]
+
+    @classmethod
+    def setUpClass(cls):
+        import sevenn
+        from mltorch.importers import sevenn as s7
+        cls.work = tempfile.mkdtemp(prefix="sevenn-import-")
+        cls.shipped = os.path.join(os.path.dirname(sevenn.__file__), "pretrained_potentials",
+                                   s7.PRETRAINED["7net-mf-0"])
+        os.symlink(cls.shipped, os.path.join(cls.work, "mf.pth"))
+        cls.model = os.path.join(cls.work, "mf.pt")
+        cls.out = subprocess.run([os.path.join(root, ".venv", "bin", "mltorch-import"), "sevenn",
+                                  "mf.pth", "--modality", "R2SCAN", "-o", "mf.pt",
+                                  "--elements", *cls.ELEMENTS], capture_output=True, text=True,
+                                 cwd=cls.work)
+
+    def imported(self):
+        self.assertEqual(self.out.returncode, 0, self.out.stdout[-3000:] + self.out.stderr[-3000:])
+        from mltorch.export import read_metadata
+        return read_metadata(self.model)
+
+    def test_multi_fidelity_imports_and_passes_its_check(self):
+        meta = self.imported()
+        print("\n" + self.out.stdout)
+        self.assertIn("check against sevenn's own model", self.out.stdout)
+        self.assertIn("every one of the 5 element(s)", self.out.stdout)
+        self.assertEqual(meta["imported"]["modality"], "R2SCAN")
+        self.assertEqual(meta["architecture"]["kwargs"]["modality"], "R2SCAN")
+        self.assertEqual(meta["elements"], self.ELEMENTS)
+
+    def test_checkpoint_path_is_absolute(self):
+        """The checkpoint typed as a relative path is recorded absolute (what
+        mltorch-compile rebuilds from, from any directory), as MACE's and
+        NequIP's importers record theirs."""
+        meta = self.imported()
+        where = os.path.join(self.work, "mf.pth")
+        self.assertTrue(os.path.isabs(meta["architecture"]["kwargs"]["checkpoint"]))
+        self.assertEqual(meta["architecture"]["kwargs"]["checkpoint"], where)
+        self.assertEqual(meta["imported"]["model"], where)
+        from mltorch.importers.common import sha256
+        self.assertEqual(meta["imported"]["checkpoint_sha256"], sha256(self.shipped))
+
+    def check(self, corrupt):
+        """The importer's check of the file against SevenNet's own numbers
+        passed through corrupt(atoms, ref) -> ref."""
+        import torch
+        from mltorch.export import read_metadata
+        from mltorch.importers import check_import
+        from mltorch.importers import sevenn as s7
+        meta = self.imported()
+
+        def references(atoms_list):
+            refs = s7.references(atoms_list, os.path.join(self.work, "mf.pth"), meta["dtype"],
+                                 "R2SCAN")
+            return [corrupt(a, r) for a, r in zip(atoms_list, refs)]
+        return check_import(torch.jit.load(self.model), read_metadata(self.model), references,
+                            meta["elements"])
+
+    def test_check_catches_permuted_per_atom_energies(self):
+        """Per-atom energies permuted (the same total, the same forces) fail the check."""
+        d, failed, _ = self.check(lambda atoms, ref: ref)
+        self.assertEqual(failed, [], d)
+
+        def permuted(atoms, ref):
+            ref = dict(ref)
+            order = np.argsort(ref["energies"])       # distinct values: a real permutation
+            ref["energies"] = ref["energies"][np.roll(order, 1)]
+            return ref
+        d, failed, _ = self.check(permuted)
+        print(f"\npermuted per-atom energies: {d}")
+        self.assertEqual(failed, ["per-atom energies"], d)
+
+    def test_check_covers_every_element(self):
+        """An error on the atoms of the last element only (here the fifth of
+        five) fails the check, and the check cells hold every element, also
+        of a file of SevenNet's 89."""
+        from ase.data import chemical_symbols
+        from mltorch.importers import check_cells
+        last = self.ELEMENTS[-1]
+
+        def last_wrong(atoms, ref):
+            ref = dict(ref)
+            wrong = np.array(atoms.get_chemical_symbols()) == last
+            ref["energies"] = ref["energies"] + 0.05 * wrong
+            ref["energy"] = ref["energy"] + 0.05 * wrong.sum()
+            return ref
+        d, failed, _ = self.check(last_wrong)
+        print(f"\nper-atom energies of {last} off by 0.05 eV: {d}")
+        self.assertIn("per-atom energies", failed)
+        self.assertIn("energy", failed)
+        many = chemical_symbols[1:90]
+        cells = check_cells(many, 5.0)
+        self.assertEqual(sorted({int(s) for _, _, species in cells for s in species}),
+                         list(range(len(many))))
+        self.assertTrue(all(len(species) == 8 for _, _, species in cells))
+        print(f"89 elements: {len(cells)} check cells")
+
+
 MACE_MODEL = os.path.join(root, "potentials", "frameworks", "mace_sic", "mace_sic.model")
 SIC = ["Si", "C"]
 

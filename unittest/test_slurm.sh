@@ -17,6 +17,8 @@
 #   kills        finetune.sbatch cancelled (scancel: SIGTERM) and killed
 #                (scancel --signal=KILL --full) at random moments: the model
 #                file loads, and a next job continues from the last restart set
+#   dft          dft_teacher.sbatch: LAMMPS and an i-PI client (LAMMPS with
+#                sw) each in its own srun step, one replica (2 CPUs here)
 #   gpu          md-gpu.sbatch parses and advises what unittest/kokkos/gpu_advice.py
 #                checks (it cannot run: no GPU)
 #
@@ -101,8 +103,20 @@ cmd=$(S sbatch --parsable -o committee-md.%j.out --dependency=afterok:"$arr" \
         --export=ALL,WORK="$work/committee" "$ex/committee-md.sbatch")
 pre=$(S sbatch --parsable -o preempt.%j.out --time=2 --signal=B:USR1@60 \
         --export=ALL,WORK="$work/preempt",STEPS=100000000 "$ex/finetune.sbatch")
-echo "submitted: md $md, uninterrupted $ref, chain ${chain[*]}, committee array $arr then $cmd, preemption $pre"
-wait_for "$md" "$ref" "${chain[@]}" "$arr" "$cmd" "$pre"
+# (one replica and its client: the local node has this machine's 2 CPUs)
+dft=$(S sbatch --parsable -o dft.%j.out --ntasks=2 --export=ALL,WORK="$work/dft",CLIENT=lammps,STEPS=20,R=1 "$ex/dft_teacher.sbatch")
+echo "submitted: md $md, uninterrupted $ref, chain ${chain[*]}, committee array $arr then $cmd, preemption $pre, dft teacher $dft"
+wait_for "$md" "$ref" "${chain[@]}" "$arr" "$cmd" "$pre" "$dft"
+
+# --- dft_teacher.sbatch: LAMMPS and its i-PI client (LAMMPS with sw) in one allocation
+expect_state "$dft" COMPLETED "dft_teacher.sbatch"
+if grep -q "^replica 0 at 600 K: 4 updates" "dft.$dft.out"; then
+  ok "dft_teacher: LAMMPS and its i-PI client (LAMMPS with sw) in their own srun steps, 4 updates"
+else
+  fail "dft_teacher: no summary line"
+fi
+S sh -c "ls /tmp/ipi_mltorch_${dft}_*" >/dev/null 2>&1 && fail "dft_teacher: socket files left" \
+  || ok "dft_teacher: socket files removed"
 
 # --- md
 expect_state "$md" COMPLETED "md.sbatch"

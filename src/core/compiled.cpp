@@ -26,8 +26,11 @@ static constexpr const char *kCompiledStages = "mltorch/stages";
 static constexpr int kCompiledFormat = 1;
 
 // temporary copy, removed once loaded)
+// `dev`: a CUDA package binds to that GPU when it is loaded (the loader's
+// device index; -1 would mean the current device, GPU 0 for every rank)
 static std::unique_ptr<torch::inductor::AOTIModelPackageLoader> load_aoti(const std::string &bytes,
-                                                                          const std::string &source)
+                                                                          const std::string &source,
+                                                                          const torch::Device &dev)
 {
   std::string path = (std::filesystem::temp_directory_path() / "mltorch-XXXXXX.pt2").string();
   const int fd = ::mkstemps(path.data(), 4);
@@ -40,7 +43,8 @@ static std::unique_ptr<torch::inductor::AOTIModelPackageLoader> load_aoti(const 
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
   try {
     if (!written) throw ModelError("cannot write " + path + ": " + std::strerror(errno));
-    loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(path, "model");
+    const c10::DeviceIndex index = dev.is_cuda() && dev.has_index() ? dev.index() : -1;
+    loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(path, "model", false, 1, index);
   } catch (std::exception &e) {
     std::remove(path.c_str());
     throw ModelError("Cannot load compiled model " + source + ": " + e.what());
@@ -61,7 +65,7 @@ static std::string read_record(caffe2::serialize::PyTorchStreamReader &zip, cons
 
 // A compiled package, or nullptr for anything else (TorchScript, foreign data)
 std::unique_ptr<Compiled> open_package(const std::string &bytes, const std::string &source,
-                                              std::string &twin)
+                                       std::string &twin, const torch::Device &dev)
 {
   if (bytes.size() < 4 || bytes.compare(0, 2, "PK") != 0) return nullptr;    // not a zip archive
   std::istringstream in(bytes);
@@ -100,16 +104,19 @@ std::unique_ptr<Compiled> open_package(const std::string &bytes, const std::stri
                      ")");
   }
   twin = read_record(*zip, kCompiledTwin);
+  // the device type before any native code is loaded
+  check_compiled_device(c.get(), dev, source);
 
   // the loader reads a file: a private copy of the broadcast bytes (the
   // loader unpacks its shared library elsewhere)
   try {
-    c->loader = load_aoti(bytes, source);
+    c->loader = load_aoti(bytes, source, dev);
+    c->loaded_on = dev;
     for (const auto &name : stage_names) {
       const std::string record = std::string(kCompiledStages) + "/" + name + ".pt2";
       if (!zip->hasRecord(record))
         throw ModelError("it lists the compiled stage " + name + " but has no " + record);
-      c->stages[name] = load_aoti(read_record(*zip, record), source + " (stage " + name + ")");
+      c->stages[name] = load_aoti(read_record(*zip, record), source + " (stage " + name + ")", dev);
     }
   } catch (ModelError &e) {
     throw ModelError(first_line(e.what()));
@@ -125,6 +132,10 @@ void check_compiled_device(const Compiled *c, const torch::Device &dev, const st
                      " but device " + dev.str() +
                      " is requested; compile it for that device (mltorch-compile --device " +
                      device_type_name(dev) + ") or use the TorchScript model file");
+  if (c && c->loaded_on && *c->loaded_on != dev)
+    throw ModelError("Compiled model " + source + " was loaded for device " + c->loaded_on->str() +
+                     " and cannot move to " + dev.str() +
+                     " (its code binds to one GPU when loaded): issue its pair_coeff again");
 }
 
 void Model::Impl::bind_compiled_state()

@@ -12,6 +12,7 @@
 #include "mltorch/training.h"
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <exception>
 
@@ -99,6 +100,9 @@ DistributedTrainer::DistributedTrainer(const FinetuneSettings &settings,
     members(std::move(models)), training(std::make_unique<TrainingState>(members, settings.opt)),
     world(w), universe(u), partition(partition_index)
 {
+  if (settings.energy_shift == 1)
+    energy_shift.assign(members.size(),
+                        EnergyShift(static_cast<int>(members[0]->metadata().elements.size())));
 }
 
 DistributedTrainer::~DistributedTrainer() = default;
@@ -219,6 +223,12 @@ TrainingRecord DistributedTrainer::record(const std::string &model_hash,
   r.optimizer = training->optimizer_state();
   r.good_parameters = training->good_parameters();
   r.good_optimizer = training->good_optimizer_state();
+  for (const auto &e : energy_shift) {
+    const std::string b = e.pack();
+    const int64_t n = static_cast<int64_t>(b.size());
+    r.energy_shift.append(reinterpret_cast<const char *>(&n), sizeof(n));
+    r.energy_shift += b;
+  }
   return r;
 }
 
@@ -230,6 +240,22 @@ void DistributedTrainer::restore(const TrainingRecord &r)
   count = r;
   policy.set_loss_average(r.loss_ema);
   std::copy(r.stats.begin(), r.stats.end(), stats);
+  // the energy references (a record without them, or a run without the
+  // keyword, starts the fit afresh)
+  std::size_t at = 0;
+  for (auto &e : energy_shift) {
+    int64_t n = 0;
+    if (at + sizeof(n) > r.energy_shift.size()) {
+      e.resize(e.nspecies());
+      continue;
+    }
+    std::memcpy(&n, r.energy_shift.data() + at, sizeof(n));
+    at += sizeof(n);
+    if (n < 0 || at + static_cast<std::size_t>(n) > r.energy_shift.size())
+      throw std::runtime_error("the restart record's energy shift state is damaged");
+    e.unpack(r.energy_shift.substr(at, static_cast<std::size_t>(n)));
+    at += static_cast<std::size_t>(n);
+  }
 }
 
 double DistributedTrainer::bytes() const

@@ -5,7 +5,11 @@
 
 #include "mltorch/finetune.h"
 
+#include <torch/torch.h>
+
 #include <charconv>
+#include <cstring>
+#include <stdexcept>
 #include <cmath>
 #include <sstream>
 
@@ -169,6 +173,85 @@ std::string member_file(const std::string &path, int m)
   const bool has_ext = dot != std::string::npos && (slash == std::string::npos || dot > slash);
   const std::string tag = ".c" + std::to_string(m);
   return has_ext ? path.substr(0, dot) + tag + path.substr(dot) : path + tag;
+}
+
+/* ---------------------------------------------------------------------- */
+
+void EnergyShift::resize(int nspecies)
+{
+  ns = nspecies;
+  nconf = 0;
+  ata.assign(static_cast<std::size_t>(ns) * ns, 0.0);
+  atb.assign(ns, 0.0);
+  mu.assign(ns, 0.0);
+}
+
+void EnergyShift::add(const std::vector<double> &counts, double residual)
+{
+  if (static_cast<int>(counts.size()) != ns)
+    throw std::invalid_argument("EnergyShift::add: " + std::to_string(counts.size()) +
+                                " element counts for " + std::to_string(ns) + " elements");
+  for (int a = 0; a < ns; ++a) {
+    for (int b = 0; b < ns; ++b) ata[a * ns + b] += counts[a] * counts[b];
+    atb[a] += counts[a] * residual;
+  }
+  ++nconf;
+  refit();
+}
+
+void EnergyShift::refit()
+{
+  // the minimum-norm least-squares solution: LibTorch's pseudo-inverse of
+  // the (symmetric) normal matrix; singular values below 1e-12 of the
+  // largest are compositions never seen
+  auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  auto A = torch::from_blob(ata.data(), {ns, ns}, opts).clone();
+  auto b = torch::from_blob(atb.data(), {ns, 1}, opts).clone();
+  auto x = torch::matmul(torch::linalg_pinv(A, 1e-12, /*hermitian=*/true), b).contiguous();
+  std::memcpy(mu.data(), x.data_ptr<double>(), sizeof(double) * ns);
+}
+
+double EnergyShift::shift_of(const std::vector<double> &counts) const
+{
+  double s = 0.0;
+  for (int a = 0; a < ns && a < static_cast<int>(counts.size()); ++a) s += counts[a] * mu[a];
+  return s;
+}
+
+std::string EnergyShift::pack() const
+{
+  if (nconf == 0) return {};
+  std::string out;
+  auto put = [&](const void *p, std::size_t n) { out.append(static_cast<const char *>(p), n); };
+  const int32_t n = ns;
+  put(&n, sizeof(n));
+  put(&nconf, sizeof(nconf));
+  put(ata.data(), sizeof(double) * ata.size());
+  put(atb.data(), sizeof(double) * atb.size());
+  return out;
+}
+
+void EnergyShift::unpack(const std::string &bytes)
+{
+  if (bytes.empty()) {
+    resize(ns);
+    return;
+  }
+  int32_t n = 0;
+  if (bytes.size() < sizeof(n) + sizeof(nconf)) throw std::runtime_error("energy shift state truncated");
+  std::memcpy(&n, bytes.data(), sizeof(n));
+  if (n != ns)
+    throw std::runtime_error("the energy shift state has " + std::to_string(n) +
+                             " elements, the model " + std::to_string(ns));
+  const std::size_t need = sizeof(n) + sizeof(nconf) + sizeof(double) * (static_cast<std::size_t>(n) * n + n);
+  if (bytes.size() != need) throw std::runtime_error("energy shift state has the wrong size");
+  const char *p = bytes.data() + sizeof(n);
+  std::memcpy(&nconf, p, sizeof(nconf));
+  p += sizeof(nconf);
+  std::memcpy(ata.data(), p, sizeof(double) * ata.size());
+  p += sizeof(double) * ata.size();
+  std::memcpy(atb.data(), p, sizeof(double) * atb.size());
+  refit();
 }
 
 }    // namespace MLTorch

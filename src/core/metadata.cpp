@@ -121,4 +121,18 @@ Metadata parse_metadata(const std::string &text, const std::string &source)
   return m;
 }
 
+std::string provenance_json(const std::string &parent, const std::string &parent_hash,
+                            int64_t updates, int64_t step, const std::string &teacher)
+{
+  // the JSON library writes the strings: a path or teacher with quotes,
+  // backslashes or control characters stays valid JSON
+  nlohmann::json j;
+  j["parent_model"] = parent;
+  j["parent_file_hash"] = parent_hash;
+  j["updates"] = updates;
+  j["step"] = step;
+  j["teacher"] = teacher;
+  return j.dump();
+}
+
 }    // namespace MLTorch

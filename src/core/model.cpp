@@ -55,8 +55,7 @@ Model::Model(const std::string &bytes, const std::string &source, const std::str
   if (bytes.empty())
     throw ModelError("Model file " + source + " is empty (0 bytes); was it written completely?");
   std::string twin;
-  impl->compiled = open_package(bytes, source, twin);
-  check_compiled_device(impl->compiled.get(), impl->device, source);
+  impl->compiled = open_package(bytes, source, twin, impl->device);
   const std::string &script = impl->compiled ? twin : bytes;
   torch::jit::ExtraFilesMap extra{{kMetadataName, ""}};
   try {

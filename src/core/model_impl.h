@@ -15,6 +15,7 @@
 #include <torch/torch.h>
 
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +31,7 @@ namespace MLTorch {
 struct Compiled {
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
   std::string device_type;                  // "cpu" or "cuda"
+  std::optional<torch::Device> loaded_on;   // the device its code was loaded for
   int threads = 1;                          // OpenMP threads of the generated CPU code
   std::vector<std::string> state_names;     // input order after the four graph tensors
   std::vector<torch::Tensor> state;         // the twin's tensors (detached aliases), that order
@@ -93,8 +95,10 @@ struct ForwardPass {
 std::string first_line(const std::string &what);
 // a compiled package from a file's bytes (nullptr: a TorchScript file; then
 // `twin` is left alone), its TorchScript twin into `twin` (compiled.cpp)
+// `dev`: its type is checked before the package's code is loaded, and a
+// CUDA package binds to that GPU
 std::unique_ptr<Compiled> open_package(const std::string &bytes, const std::string &source,
-                                       std::string &twin);
+                                       std::string &twin, const torch::Device &dev);
 // ModelError when the package was compiled for another device type
 void check_compiled_device(const Compiled *c, const torch::Device &dev, const std::string &source);
 // the graph as tensors on the model's device, in the model's dtype

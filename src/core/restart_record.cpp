@@ -143,6 +143,7 @@ std::string pack_record(const TrainingRecord &r)
   put_bytes(payload, r.optimizer);
   put_bytes(payload, r.good_parameters);
   put_bytes(payload, r.good_optimizer);
+  put_bytes(payload, r.energy_shift);    // version 4
 
   std::string out;
   out.reserve(FRAME + payload.size() + CHECKSUM);
@@ -160,7 +161,7 @@ std::size_t record_size(const char *buf, std::size_t bound)
   Reader in(buf, std::min(FRAME, bound));
   const auto version = in.get<int32_t>("version");
   if (version == 1 || version == 2) return bound;
-  if (version != TrainingRecord::VERSION)
+  if (version != 3 && version != TrainingRecord::VERSION)
     throw RecordError("restart data version " + std::to_string(version) +
                       " is not one this fix reads (1 to " +
                       std::to_string(TrainingRecord::VERSION) + ")");
@@ -200,6 +201,7 @@ TrainingRecord unpack_record(const char *buf, std::size_t size, int nstats)
                       "file is damaged");
   Reader body(payload, n);
   read_body(body, r, nstats, true);
+  if (r.version >= 4) r.energy_shift = body.bytes("energy shift state");
   if (body.left() != 0)
     throw RecordError("the restart record has " + std::to_string(body.left()) +
                       " bytes that belong to no field: the restart file is damaged");

@@ -210,6 +210,12 @@ int cuda_device_count()
   return torch::cuda::is_available() ? static_cast<int>(torch::cuda::device_count()) : 0;
 }
 
+std::string cuda_device_for_rank(int node_local_rank, int ngpu)
+{
+  if (ngpu < 1 || node_local_rank < 0) return "cuda";
+  return "cuda:" + std::to_string(node_local_rank % ngpu);
+}
+
 std::string libtorch_version()
 {
   return std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +

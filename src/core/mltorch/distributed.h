@@ -77,6 +77,9 @@ class DistributedTrainer {
   std::vector<double> last_grad;    // the replica-averaged gradient of the last update
   double stats[NSTATS] = {0};       // loss, E/F/W RMSE, |grad|, lr, counts, configs, replay size
   double time_reduce = 0.0;         // seconds of this rank in the gradient reduction
+  // energy_shift fit: each member's fitted energy reference (this replica's
+  // labels; empty without the keyword)
+  std::vector<EnergyShift> energy_shift;
 
   struct Outcome {
     bool empty = false;    // no replica labelled anything: no update

@@ -40,6 +40,10 @@ struct FinetuneSettings {
   double replay_mbytes = 256.0;
   bool gated = false;              // uncertainty: label deviations in [gate_low, gate_high)
   double gate_low = 0.0, gate_high = 0.0;
+  double teacher_timeout = 600.0;  // seconds an i-PI teacher waits for its client
+  // per-element energy shifts fitted to the labels (1), none (0), or the
+  // teacher's default (-1: fit for teacher ipi)
+  int energy_shift = -1;
 
   // everything of the settings that decides when a collective between
   // replicas happens or what the optimizer does: replicas compare it
@@ -84,6 +88,39 @@ struct RoundStats {
   double energy_rmse() const;    // per atom
   double force_rmse() const;
   double virial_rmse() const;    // per atom
+};
+
+/* ---------------------------------------------------------------------- */
+
+// The energy reference of a teacher (energy_shift fit): a DFT code's total
+// energy differs from the model's by per-element constants (pseudo-
+// potentials, functional). Each labelled configuration c adds its element
+// counts n_c and the residual d_c = Eref_c - E_c (E_c the model's energy);
+// the shifts mu are the least-squares solution of n_c . mu = d_c over all
+// configurations so far, of minimum norm (the pseudo-inverse of the normal
+// equations: a single-composition run determines only n . mu). The energy
+// label becomes Eref_c - n_c . mu. A teacher whose energies are another's
+// plus n_c . s gives mu + P s (P projects onto the compositions seen), so
+// the shifted labels, and the training, are the same.
+class EnergyShift {
+ public:
+  explicit EnergyShift(int nspecies = 0) { resize(nspecies); }
+  void resize(int nspecies);
+  int nspecies() const { return ns; }
+  // add a configuration and refit
+  void add(const std::vector<double> &counts, double residual);
+  const std::vector<double> &shifts() const { return mu; }
+  double shift_of(const std::vector<double> &counts) const;
+  int64_t configurations() const { return nconf; }
+  // the state restart files keep (empty: nothing added), and back
+  std::string pack() const;
+  void unpack(const std::string &bytes);
+
+ private:
+  int ns = 0;
+  int64_t nconf = 0;
+  std::vector<double> ata, atb, mu;    // normal equations n n^T, n d; the fit
+  void refit();
 };
 
 /* ---------------------------------------------------------------------- */

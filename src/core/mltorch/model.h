@@ -200,11 +200,21 @@ std::string read_file(const std::string &path);
 // 64-bit FNV-1a of a byte string, as 16 hex digits (identifies a model file).
 std::string content_hash(const std::string &bytes);
 
+// the provenance a saved model carries (Model::file_bytes): its parent file
+// and hash, the updates and step, the teacher, as a JSON object
+std::string provenance_json(const std::string &parent, const std::string &parent_hash,
+                            int64_t updates, int64_t step, const std::string &teacher);
+
 // LibTorch helpers that need no torch types in the caller.
 void set_num_threads(int n);
 int get_num_threads();
 // CUDA devices LibTorch sees (0 without CUDA)
 int cuda_device_count();
+// the GPU of an MPI rank for 'device cuda': the ranks of one node share its
+// GPUs in turn, counted over the whole job (every replica of a -partition
+// run), so replicas do not pile onto the first GPUs: "cuda:(node_local_rank
+// mod ngpu)"; "cuda" when no GPU is visible (the model load reports it)
+std::string cuda_device_for_rank(int node_local_rank, int ngpu);
 // LibTorch's inter-op pool: one thread (models run one after the other;
 // MPI ranks and intra-op threads fill the cores). Only the first call of a
 // process has an effect, as LibTorch allows.

@@ -5,7 +5,7 @@
    every length checked against the record's size.
 
    LAMMPS hands a fix's restart() the record without its size, so version 3
-   records carry their own frame: the payload's size twice (as n and ~n, so
+   and 4 records (4 adds the energy reference) carry their own frame: the payload's size twice (as n and ~n, so
    that a damaged size is seen before it is used) and a checksum of the
    payload. Versions 1 and 2 (written by earlier ML-TORCH versions) have no
    frame; they are read with every length checked against a bound instead.
@@ -32,14 +32,17 @@ class RecordError : public std::runtime_error {
 
 // the counters (FinetuneCounters), and what else the fix keeps
 struct TrainingRecord : FinetuneCounters {
-  static constexpr int VERSION = 3;
-  int version = VERSION;    // of the record read (1, 2 or 3)
+  static constexpr int VERSION = 4;
+  int version = VERSION;    // of the record read (1 to 4)
   std::string model_hash;                   // the trained model file's hash
   std::vector<std::string> member_hashes;   // every member's (version 1: the model's)
   // (the uncertainty-gated labelling counters are in versions >= 2)
   double loss_ema = 0.0;
   std::vector<double> stats;    // the fix's output vector, a fixed length
   std::string parameters, optimizer, good_parameters, good_optimizer;
+  // the fitted energy reference of every member (EnergyShift::pack, one
+  // length-prefixed block per member; version 4, empty before)
+  std::string energy_shift;
 };
 
 // the version 3 record of `r` (its version field is ignored)
