@@ -96,10 +96,11 @@ void FinetuneReplicas::fail_if(const std::string &mine)
   if (!text.empty()) throw StepFailure(text);
 }
 
-void FinetuneReplicas::agreed_call(const char *what, const std::function<void()> &work)
+void FinetuneReplicas::agreed_call(const char *what, const std::function<void()> &work,
+                                   const MLTorch::AgreedExchange *guard)
 {
   const std::string text = MLTorch::agreed_failure(
-      world, fmt::format("Fix torch/finetune{} on step {}: ", what, update->ntimestep), work);
+      world, fmt::format("Fix torch/finetune{} on step {}: ", what, update->ntimestep), work, guard);
   if (!text.empty()) throw StepFailure(text);
 }
 

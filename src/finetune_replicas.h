@@ -19,6 +19,7 @@
 #include <vector>
 
 namespace MLTorch {
+class AgreedExchange;
 class Model;
 class TrainingState;
 class UpdatePolicy;
@@ -56,7 +57,9 @@ class FinetuneReplicas : protected Pointers {
   void fail_if(const std::string &mine);
   // run `work` on every rank of the replica; a failure (prefixed with what
   // and the step) as fail_if
-  void agreed_call(const char *what, const std::function<void()> &work);
+  // `guard`: the exchange `work` runs its halo exchanges through
+  void agreed_call(const char *what, const std::function<void()> &work,
+                   const MLTorch::AgreedExchange *guard = nullptr);
   // called by every rank of every replica at the same point with what its
   // replica agreed (empty: no failure): one failing replica stops all
   void agree(const std::string &agreed);

@@ -95,7 +95,13 @@ void FixTorchFinetune::train_current(const MLTorch::GraphInput &in)
     // stage 1: partial forces of this rank's graph
     double e_part = 0.0, w_part[6];
     auto &node_forces = node_buf;
-    replicas->agreed_call("", [&] { model.forward_train(in, e_part, node_forces, w_part); });
+    // a layered model's exchanges agree first that no rank has failed
+    // (MLTorch::AgreedExchange): a rank that fails between two exchanges
+    // leaves no other waiting in the next one
+    MLTorch::AgreedExchange guard(in.halo, world);
+    MLTorch::GraphInput gin = in;
+    if (in.halo) gin.halo = &guard;
+    replicas->agreed_call("", [&] { model.forward_train(gin, e_part, node_forces, w_part); }, &guard);
 
     // the energy label relative to this member's fitted reference
     // (MLTorch::EnergyShift): the fit takes this configuration's residual
@@ -144,7 +150,7 @@ void FixTorchFinetune::train_current(const MLTorch::GraphInput &in)
     weights.resize(3 * in.n_nodes);
     for (int64_t n = 0; n < in.n_nodes; ++n)
       for (int k = 0; k < 3; ++k) weights[3 * n + k] = resid[node2atom[n]][k];
-    replicas->agreed_call("", [&] { model.backward_train(weights, t.ce, t.cw); });
+    replicas->agreed_call("", [&] { model.backward_train(weights, t.ce, t.cw); }, &guard);
     if (m > 0) continue;
 
     terms = t;

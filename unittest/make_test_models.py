@@ -73,6 +73,33 @@ class FailsTrainingNearXe(nn.Module):
         return out.index_add(0, edge_index[0], 2.0 * self.eps * (s6 * s6 - s6))
 
 
+def fails_second_layer_near_xe():
+    """A 3-layer layered MPNet for Ar and Xe whose second interaction stage
+    raises in training passes (parameters require gradients, as in fix
+    torch/finetune's passes, not in MD) on a rank that owns Xe atoms: a
+    failure between two halo exchanges that only that rank sees."""
+    from mltorch.models import MPNet
+
+    class FailsSecondLayerNearXe(MPNet):
+        @torch.jit.export
+        def stage_interaction(self, k: int, h: Tensor, edge_vectors: Tensor, edge_index: Tensor,
+                              species: Tensor, n_local: int) -> Tensor:
+            # (12 or more Xe: the exporter's small test cell has fewer)
+            if k == 1 and self.embed.weight.requires_grad and int((species[:n_local] == 1).sum()) >= 12:
+                raise RuntimeError("training pass refused in layer 2 near Xe (test model)")
+            basis = self.descriptor.rbf(torch.linalg.norm(edge_vectors, dim=1))
+            out = h[:n_local]
+            for i, (filt, val, upd) in enumerate(zip(self.filters, self.values, self.updates)):
+                if i == k:
+                    msg = filt(basis) * val(h)[edge_index[1]]
+                    agg = torch.zeros_like(h).index_add(0, edge_index[0], msg)
+                    out = h[:n_local] + upd(agg[:n_local])
+            return out
+
+    torch.manual_seed(77)
+    return FailsSecondLayerNearXe(cutoff=6.0, n_species=2, num_layers=3).double()
+
+
 class WrongShape(nn.Module):
     """Per-atom energies as a [N, 2] tensor."""
 
@@ -158,6 +185,10 @@ def main(out):
     export(FailsTrainingNearXe(), os.path.join(out, "fails_training_near_Xe.pt"),
            model_type="trainable LJ that raises in training passes around Xe", check=False,
            cutoff=8.5, elements=["Ar", "Xe"], units="metal")
+
+    export(fails_second_layer_near_xe(), os.path.join(out, "fails_layer2_near_Xe.pt"), cutoff=6.0,
+           elements=["Ar", "Xe"], units="metal", num_interaction_layers=3, check=False,
+           model_type="layered MPNet-3 that raises between two exchanges of a training pass near Xe")
 
     # second members for committee tests: si_mp2 and si_local with every
     # parameter scaled by (1 + 0.05 N(0,1)), fixed seed

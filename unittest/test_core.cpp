@@ -540,6 +540,9 @@ TEST(TrainingErrors, WrongNumberOfForceWeights)
               std::string::npos)
         << err.what();
   }
+  // the failed pass is over: MD runs without parameter gradients again
+  EXPECT_FALSE(m->parameters_require_grad());
+  EXPECT_THROW(m->backward_train(f, 1.0), MLTorch::ModelError);    // no pass is open
 }
 
 TEST(DistributedGradient, TwoDomainsEqualOne)

@@ -8,8 +8,15 @@ SevenNet's own graph and model (sevenn's `unlabeled_atoms_to_graph` and
 AtomGraphSequential, which is what `SevenNetCalculator` runs) in float64 to
 1e-10 relative, and in float32 against `SevenNetCalculator` itself.
 
+Without LAMMPS: every checkpoint the sevenn wheel ships and every modality
+of each (7net-mf-0: PBE, R2SCAN) against SevenNet's own model in float64
+(`SevenNetCheckpoints`), and `mltorch-import sevenn` on a multi-fidelity
+checkpoint named by a relative path: the absolute path recorded, the import
+check over every element and per-atom energies (`SevenNetImportCommand`).
+
 Run: python unittest/test_imported.py -v   (ctest does, with ML_TORCH_LMP and
-ML_TORCH_MPIEXEC set).
+ML_TORCH_MPIEXEC set); the classes without LAMMPS alone:
+python unittest/test_imported.py -v SevenNetCheckpoints SevenNetImportCommand
 """
 
 import os
@@ -224,7 +231,7 @@ def small_cell(symbols, a=5.45, seed=3):
     return frac @ cell + rng.normal(0, 0.07, (8, 3)), cell, list(symbols)
 
 
-def evaluate_file(module, meta_layers, pos, cell, species, cutoff):
+def evaluate_file(module, num_layers, pos, cell, species, cutoff):
     """Per-atom energies and forces of an ML-TORCH model as pair_style torch
     runs it: the stages with the exchange (ghosts one cutoff deep, several
     ranks) and forward() on the folded graph (one rank: periodic edges
@@ -232,7 +239,7 @@ def evaluate_file(module, meta_layers, pos, cell, species, cutoff):
     import torch
     from mltorch import graph as graphs
     from mltorch import layered
-    e_l, f_l, _ = layered.evaluate(module, meta_layers, torch.tensor(pos), torch.tensor(cell),
+    e_l, f_l, _ = layered.evaluate(module, num_layers, torch.tensor(pos), torch.tensor(cell),
                                    torch.tensor(species), cutoff, layered=True)
     g = graphs.build_graph(torch.tensor(pos), torch.tensor(cell), torch.tensor(species), cutoff)
     x = torch.tensor(pos, requires_grad=True)
@@ -308,19 +315,20 @@ class SevenNetCheckpoints(unittest.TestCase):
         energies = {}
         for name, modality in heads:
             what = name + (f" --modality {modality}" if modality else "")
-            model = s7.SevenNetModel(name, elements=self.ELEMENTS, dtype="float64",
-                                     modality=modality)
-            model.script_blocks()
-            scripted = torch.jit.script(model)
-            ref = s7.reference(atoms, name, "float64", modality)
-            got = evaluate_file(scripted, model.num_blocks, pos, cell, species, model.cutoff)
-            for path, values in got.items():
-                d = relative_differences(values, ref)
-                print(f"{what}, {path}: relative differences "
-                      + ", ".join(f"{k} {v:.2g}" for k, v in d.items()))
-                for key, value in d.items():
-                    self.assertLess(value, 1e-10, f"{what}, {path}: {key}")
-            energies[(name, modality)] = ref["energy"]
+            with self.subTest(what):
+                model = s7.SevenNetModel(name, elements=self.ELEMENTS, dtype="float64",
+                                         modality=modality)
+                model.script_blocks()
+                scripted = torch.jit.script(model)
+                ref = s7.reference(atoms, name, "float64", modality)
+                energies[(name, modality)] = ref["energy"]
+                got = evaluate_file(scripted, model.num_blocks, pos, cell, species, model.cutoff)
+                for path, values in got.items():
+                    d = relative_differences(values, ref)
+                    print(f"{what}, {path}: relative differences "
+                          + ", ".join(f"{k} {v:.2g}" for k, v in d.items()))
+                    for key, value in d.items():
+                        self.assertLess(value, 1e-10, f"{what}, {path}: {key}")
         # the heads are different models: a modality that is not reaching
         # the layers would give one head's numbers for both
         pbe, r2scan = energies[("7net-mf-0", "PBE")], energies[("7net-mf-0", "R2SCAN")]
@@ -394,42 +402,59 @@ class SevenNetImportCommand(unittest.TestCase):
         from mltorch.importers.common import sha256
         self.assertEqual(meta["imported"]["checkpoint_sha256"], sha256(self.shipped))
 
-    def check(self, corrupt):
-        """The importer's check of the file against SevenNet's own numbers
-        passed through corrupt(atoms, ref) -> ref."""
-        import torch
+    def main_with(self, corrupt):
+        """mltorch-import's main() on the same arguments with SevenNet's own
+        numbers passed through corrupt(atoms, ref) -> ref; its export is the
+        file setUpClass wrote (the same model, without the minute export
+        takes) -> (exit status, stdout, stderr)."""
+        import contextlib
+        import io
+        import shutil
+        from unittest import mock
+        from mltorch import importers
         from mltorch.export import read_metadata
-        from mltorch.importers import check_import
         from mltorch.importers import sevenn as s7
-        meta = self.imported()
+        self.imported()
 
-        def references(atoms_list):
-            refs = s7.references(atoms_list, os.path.join(self.work, "mf.pth"), meta["dtype"],
-                                 "R2SCAN")
-            return [corrupt(a, r) for a, r in zip(atoms_list, refs)]
-        return check_import(torch.jit.load(self.model), read_metadata(self.model), references,
-                            meta["elements"])
+        def export(module, path, **kwargs):
+            shutil.copyfile(self.model, path)
+            return read_metadata(path)
+        patches = [mock.patch.object(importers, "export", export)]
+        reference = s7.reference
+        patches.append(mock.patch.object(
+            s7, "reference", lambda atoms, *a, **k: corrupt(atoms, reference(atoms, *a, **k))))
+        if hasattr(s7, "references"):
+            references = s7.references
+            patches.append(mock.patch.object(
+                s7, "references", lambda atoms_list, *a, **k: [
+                    corrupt(x, r) for x, r in zip(atoms_list, references(atoms_list, *a, **k))]))
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.ExitStack() as stack:
+            for p in patches:
+                stack.enter_context(p)
+            stack.enter_context(contextlib.redirect_stdout(out))
+            stack.enter_context(contextlib.redirect_stderr(err))
+            rc = importers.main(["sevenn", os.path.join(self.work, "mf.pth"), "--modality",
+                                 "R2SCAN", "-o", os.path.join(self.work, "again.pt"),
+                                 "--elements", *self.ELEMENTS])
+        print("\n" + out.getvalue() + err.getvalue())
+        return rc, out.getvalue(), err.getvalue()
 
     def test_check_catches_permuted_per_atom_energies(self):
         """Per-atom energies permuted (the same total, the same forces) fail the check."""
-        d, failed, _ = self.check(lambda atoms, ref: ref)
-        self.assertEqual(failed, [], d)
-
         def permuted(atoms, ref):
             ref = dict(ref)
             order = np.argsort(ref["energies"])       # distinct values: a real permutation
             ref["energies"] = ref["energies"][np.roll(order, 1)]
             return ref
-        d, failed, _ = self.check(permuted)
-        print(f"\npermuted per-atom energies: {d}")
-        self.assertEqual(failed, ["per-atom energies"], d)
+        rc, _, err = self.main_with(permuted)
+        self.assertEqual(rc, 1)
+        self.assertIn("(per-atom energies; tolerance", err)
 
     def test_check_covers_every_element(self):
-        """An error on the atoms of the last element only (here the fifth of
-        five) fails the check, and the check cells hold every element, also
-        of a file of SevenNet's 89."""
-        from ase.data import chemical_symbols
-        from mltorch.importers import check_cells
+        """An error on the atoms of the last element only (the fifth of five,
+        0.05 eV per atom) fails the check; the check cells hold every element,
+        also of a file of all SevenNet's 89."""
         last = self.ELEMENTS[-1]
 
         def last_wrong(atoms, ref):
@@ -438,16 +463,17 @@ class SevenNetImportCommand(unittest.TestCase):
             ref["energies"] = ref["energies"] + 0.05 * wrong
             ref["energy"] = ref["energy"] + 0.05 * wrong.sum()
             return ref
-        d, failed, _ = self.check(last_wrong)
-        print(f"\nper-atom energies of {last} off by 0.05 eV: {d}")
-        self.assertIn("per-atom energies", failed)
-        self.assertIn("energy", failed)
+        rc, _, err = self.main_with(last_wrong)
+        self.assertEqual(rc, 1)
+        self.assertIn("per-atom energies", err)
+        from ase.data import chemical_symbols
+        from mltorch.importers import check_cells
         many = chemical_symbols[1:90]
         cells = check_cells(many, 5.0)
-        self.assertEqual(sorted({int(s) for _, _, species in cells for s in species}),
+        self.assertEqual(sorted({int(x) for _, _, species in cells for x in species}),
                          list(range(len(many))))
         self.assertTrue(all(len(species) == 8 for _, _, species in cells))
-        print(f"89 elements: {len(cells)} check cells")
+        print(f"89 elements: {len(cells)} check cells of 8 atoms")
 
 
 MACE_MODEL = os.path.join(root, "potentials", "frameworks", "mace_sic", "mace_sic.model")

@@ -60,7 +60,9 @@ class Instance {
 
 // 128 Ar atoms in 2 subdomains along x; Xe atoms in the region named by
 // ${xe}; the model refuses training passes around Xe (its MD passes work)
-std::string ar_xe(const std::string &model_types)
+std::string ar_xe(const std::string &model_types,
+                  const std::string &model = test_models + "/fails_training_near_Xe.pt",
+                  const std::string &cut = "8.5")
 {
   return "processors * 1 1\n"
          "units metal\n"
@@ -76,10 +78,10 @@ std::string ar_xe(const std::string &model_types)
          "velocity all create 60.0 4928 loop geom\n"
          "pair_style torch\n"
          "pair_coeff * * " +
-      test_models + "/fails_training_near_Xe.pt " + model_types +
+      model + " " + model_types +
       "\n"
       "fix md all nve\n"
-      "fix ft all torch/finetune 1 teacher \"lj/cut 8.5\" \"* * 0.0104 3.4\" log 0\n";
+      "fix ft all torch/finetune 1 teacher \"lj/cut " + cut + "\" \"* * 0.0104 3.4\" log 0\n";
 }
 
 // every rank of every partition: the same error type and a message with `want`
@@ -106,6 +108,23 @@ TEST(LibraryFailures, OneRankFails)
                     "Fix torch/finetune on step 1: Model " + test_models +
                         "/fails_training_near_Xe.pt failed in forward()");
   EXPECT_NE(message.find("training pass refused near Xe (test model)"), std::string::npos) << message;
+  EXPECT_NE(message.find("(on MPI rank 1)"), std::string::npos) << message;
+}
+
+// a layered model under the per-layer halo exchange that raises between
+// two exchanges of a training pass on rank 1 only (its 16 Xe atoms): rank
+// 0 must not wait in the next exchange; both stop with rank 1's message
+TEST(LibraryFailures, OneRankFailsBetweenExchanges)
+{
+  if (nprocs != 2) GTEST_SKIP() << "runs on 2 ranks";
+  Instance lmp({"-var", "xe", "back"});
+  std::string message;
+  ASSERT_EQ(lmp.run(ar_xe("Ar Xe", test_models + "/fails_layer2_near_Xe.pt", "6.0"), message), 0)
+      << message;
+  const int type = lmp.run("run 3 post no\n", message);
+  expect_everywhere(type, message, 1, "Fix torch/finetune on step 1: ");
+  EXPECT_NE(message.find("training pass refused in layer 2 near Xe (test model)"), std::string::npos)
+      << message;
   EXPECT_NE(message.find("(on MPI rank 1)"), std::string::npos) << message;
 }
 

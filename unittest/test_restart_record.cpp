@@ -5,6 +5,7 @@
    or truncated record with a RecordError instead of reading past it.
 ------------------------------------------------------------------------- */
 
+#include "mltorch/model.h"    // content_hash
 #include "mltorch/restart_record.h"
 
 #include <gtest/gtest.h>
@@ -39,6 +40,7 @@ TrainingRecord sample()
   r.optimizer = "optimizer state";
   r.good_parameters = "good parameters";
   r.good_optimizer = "";
+  r.energy_shift = std::string("\x08\0\0\0\0\0\0\0shift st", 16);
   return r;
 }
 
@@ -60,6 +62,7 @@ void expect_same(const TrainingRecord &a, const TrainingRecord &b)
   EXPECT_EQ(a.optimizer, b.optimizer);
   EXPECT_EQ(a.good_parameters, b.good_parameters);
   EXPECT_EQ(a.good_optimizer, b.good_optimizer);
+  EXPECT_EQ(a.energy_shift, b.energy_shift);
 }
 
 template <typename T> void put(std::string &out, T v)
@@ -88,6 +91,30 @@ std::string version2(const TrainingRecord &r)
   for (const auto *s : {&r.parameters, &r.optimizer, &r.good_parameters, &r.good_optimizer})
     put_bytes(out, *s);
   return out;
+}
+
+// version 3: version 2's body with the statistics counted, framed (the
+// energy reference came with version 4)
+std::string version3(const TrainingRecord &r)
+{
+  std::string payload;
+  put_bytes(payload, r.model_hash);
+  put<int32_t>(payload, static_cast<int32_t>(r.member_hashes.size()));
+  for (const auto &h : r.member_hashes) put_bytes(payload, h);
+  for (int64_t v : {r.ncalls, r.nknown, r.nabove, r.nempty, r.nupdates, r.nskipped, r.nrollbacks,
+                    r.nconfigs})
+    put(payload, v);
+  put(payload, r.loss_ema);
+  put<int32_t>(payload, static_cast<int32_t>(r.stats.size()));
+  for (double v : r.stats) put(payload, v);
+  for (const auto *s : {&r.parameters, &r.optimizer, &r.good_parameters, &r.good_optimizer})
+    put_bytes(payload, *s);
+  std::string out;
+  put<int32_t>(out, 3);
+  const auto n = static_cast<int64_t>(payload.size());
+  put(out, n);
+  put(out, ~n);
+  return out + payload + MLTorch::content_hash(payload);
 }
 
 std::string version1(const TrainingRecord &r)
@@ -120,7 +147,7 @@ TEST(RestartRecord, ReadsWhatItPacks)
   // the frame gives the record's size, as LAMMPS does not
   EXPECT_EQ(MLTorch::record_size(bytes.data(), 1u << 30), bytes.size());
   const TrainingRecord back = read(bytes, bytes.size());
-  EXPECT_EQ(back.version, 3);
+  EXPECT_EQ(back.version, 4);
   expect_same(back, r);
 }
 
@@ -128,10 +155,19 @@ TEST(RestartRecord, ReadsEarlierVersions)
 {
   TrainingRecord r = sample();
   const std::string v2 = version2(r);
+  // version 3: framed, no energy reference
+  const std::string v3 = version3(r);
+  EXPECT_EQ(MLTorch::record_size(v3.data(), 1u << 30), v3.size());
+  TrainingRecord back3 = read(v3, v3.size());
+  EXPECT_EQ(back3.version, 3);
+  TrainingRecord no_shift = r;
+  no_shift.energy_shift.clear();
+  expect_same(back3, no_shift);
   // unframed: the size is the bound the caller gives
   EXPECT_EQ(MLTorch::record_size(v2.data(), 1u << 30), 1u << 30);
   TrainingRecord back = read(v2, v2.size());
   EXPECT_EQ(back.version, 2);
+  r.energy_shift.clear();
   expect_same(back, r);
 
   const std::string v1 = version1(r);
@@ -187,7 +223,7 @@ TEST(RestartRecord, MessagesSayWhatIsWrong)
   EXPECT_NE(message(v2, v2.size() - 3).find("damaged or truncated"), std::string::npos);
   std::string v9 = v2;
   v9[0] = 9;
-  EXPECT_NE(message(v9, v9.size()).find("version 9 is not one this fix reads (1 to 3)"),
+  EXPECT_NE(message(v9, v9.size()).find("version 9 is not one this fix reads (1 to 4)"),
             std::string::npos);
   // a version 2 length that claims more than the record holds
   std::string long_hash = v2;

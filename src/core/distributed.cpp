@@ -18,13 +18,38 @@
 
 namespace MLTorch {
 
+void AgreedExchange::agree()
+{
+  // first_failure(): what a rank that failed calls in agreed_failure()
+  const std::string f = first_failure(comm_, true, "");
+  if (!f.empty()) {
+    tripped_ = true;
+    message_ = f;
+    throw std::runtime_error(f);
+  }
+}
+
+void AgreedExchange::forward(const double *owned, double *all, int width)
+{
+  agree();
+  inner_->forward(owned, all, width);
+}
+
+void AgreedExchange::reverse(const double *all, double *owned, int width)
+{
+  agree();
+  inner_->reverse(all, owned, width);
+}
+
 std::string agreed_failure(MPI_Comm comm, const std::string &prefix,
-                           const std::function<void()> &work)
+                           const std::function<void()> &work, const AgreedExchange *guard)
 {
   std::string failure;
   try {
     work();
   } catch (std::exception &e) {
+    // a failure the exchange agreed on has been through first_failure()
+    if (guard && guard->tripped()) return guard->message();
     failure = prefix + e.what();
   }
   return first_failure(comm, failure.empty(), failure);
@@ -63,12 +88,12 @@ std::string replay_gradient(ReplayPiece &r, Model &model, const FinetuneSettings
   // a piece stored under the halo exchange holds ghosts one cutoff deep;
   // partial forces and residual weights travel along the same owner map
   ReplayExchange exchange(r, world);
-  if (layered) in.halo = &exchange;
+  AgreedExchange guard(&exchange, world);
+  if (layered) in.halo = &guard;
   double e_part = 0.0, w_part[6];
   std::vector<double> nf;
-  std::string failure = agreed_failure(world, "replay: ", [&] {
-    model.forward_train(in, e_part, nf, w_part);
-  });
+  std::string failure = agreed_failure(
+      world, "replay: ", [&] { model.forward_train(in, e_part, nf, w_part); }, &guard);
   if (!failure.empty()) return failure;
 
   // partial forces of ghost nodes -> owners: the piece's reverse exchange
@@ -89,7 +114,8 @@ std::string replay_gradient(ReplayPiece &r, Model &model, const FinetuneSettings
   std::vector<double> owned(3 * r.n_local), weights(3 * r.n_nodes);
   for (int64_t n = 0; n < 3 * r.n_local; ++n) owned[n] = t.cf * (F[n] - r.fref[n]);
   exchange.forward(owned.data(), weights.data(), 3);
-  return agreed_failure(world, "replay: ", [&] { model.backward_train(weights, t.ce, t.cw); });
+  return agreed_failure(
+      world, "replay: ", [&] { model.backward_train(weights, t.ce, t.cw); }, &guard);
 }
 
 DistributedTrainer::DistributedTrainer(const FinetuneSettings &settings,

@@ -115,6 +115,13 @@ void Model::to_device(const std::string &device)
   impl->bind_compiled_state();
 }
 
+bool Model::parameters_require_grad() const
+{
+  for (const auto &p : impl->module.parameters())
+    if (p.requires_grad()) return true;
+  return false;
+}
+
 bool Model::is_compiled() const
 {
   return impl->compiled != nullptr;

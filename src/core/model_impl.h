@@ -69,6 +69,7 @@ struct Model::Impl {
     params_require_grad = on;
   }
   void bind_compiled_state();
+  void end_training_pass();
 };
 
 // The graph as tensors on the model's device, in the model's dtype

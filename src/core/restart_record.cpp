@@ -3,12 +3,14 @@
    The training record of LAMMPS restart files (restart_record.h).
 
    Layout (native byte order, as LAMMPS restart files):
-     version 3: int32 3, int64 n, int64 ~n, payload (n bytes), checksum of
+     version 4: int32 4, int64 n, int64 ~n, payload (n bytes), checksum of
                 the payload (16 hex characters, FNV-1a 64 as model files)
+     version 3: the same frame; the payload without the energy reference
      payload:   bytes model hash, int32 M, M x bytes member hash, int64
                 ncalls nknown nabove nempty nupdates nskipped nrollbacks
                 nconfigs, double loss_ema, int32 S, S x double stats, bytes
-                parameters, optimizer, good parameters, good optimizer
+                parameters, optimizer, good parameters, good optimizer, and
+                (version 4) bytes energy reference (EnergyShift states)
      version 2: int32 2, then the payload without S (S fixed by the fix)
      version 1: int32 1, bytes model hash, the counters from nupdates on,
                 loss_ema, stats, the four byte strings

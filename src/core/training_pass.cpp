@@ -10,8 +10,29 @@
 
 namespace MLTorch {
 
+// a training pass that fails leaves no training graph and parameters that
+// do not require gradients: MD goes on as before it
+void Model::Impl::end_training_pass()
+{
+  train_energy = torch::Tensor();
+  train_forces = torch::Tensor();
+  train_virial = torch::Tensor();
+  set_params_require_grad(false);
+}
+
 void Model::forward_train(const GraphInput &in, double &energy, std::vector<double> &node_forces,
                           double *virial)
+{
+  try {
+    forward_train_pass(in, energy, node_forces, virial);
+  } catch (...) {
+    impl->end_training_pass();
+    throw;
+  }
+}
+
+void Model::forward_train_pass(const GraphInput &in, double &energy, std::vector<double> &node_forces,
+                               double *virial)
 {
   impl->train_virial = torch::Tensor();
   impl->set_params_require_grad(true);
@@ -52,9 +73,12 @@ void Model::backward_train(const std::vector<double> &node_force_weights, double
   if (!impl->train_energy.defined()) throw ModelError("backward_train() without forward_train()");
   auto &F = impl->train_forces;
   // checked before the weights are wrapped (from_blob reads F.numel() values)
-  if (static_cast<int64_t>(node_force_weights.size()) != F.numel())
+  if (static_cast<int64_t>(node_force_weights.size()) != F.numel()) {
+    const int64_t n = F.numel();
+    impl->end_training_pass();
     throw ModelError("backward_train(): " + std::to_string(node_force_weights.size()) +
-                     " force weights for " + std::to_string(F.numel()) + " force components");
+                     " force weights for " + std::to_string(n) + " force components");
+  }
   auto w = torch::from_blob(const_cast<double *>(node_force_weights.data()), F.sizes(),
                             torch::TensorOptions().dtype(torch::kFloat64))
                .to(F.device(), F.scalar_type());
@@ -65,7 +89,12 @@ void Model::backward_train(const std::vector<double> &node_force_weights, double
                  .to(F.device(), F.scalar_type());
     objective = objective + (c * impl->train_virial).sum();
   }
-  if (objective.requires_grad()) objective.backward();
+  try {
+    if (objective.requires_grad()) objective.backward();
+  } catch (...) {
+    impl->end_training_pass();
+    throw;
+  }
   impl->train_energy = torch::Tensor();
   impl->train_forces = torch::Tensor();
   impl->train_virial = torch::Tensor();

@@ -14,6 +14,7 @@
 #define MLTORCH_CORE_DISTRIBUTED_H
 
 #include "mltorch/finetune.h"
+#include "mltorch/halo.h"
 #include "mltorch/replay.h"
 #include "mltorch/restart_record.h"
 
@@ -29,12 +30,37 @@ namespace MLTorch {
 class Model;
 class TrainingState;
 
+// The halo exchange of a training pass, made safe against a failure on
+// one rank between two exchanges (e.g. out of memory in the double backward
+// on the busiest rank): before every exchange the ranks agree that none has
+// failed, with the very collective agreed_failure() ends with, so a rank
+// that failed and left its pass meets the others at their next exchange,
+// and all of them leave with the same message (the exchange throws it).
+class AgreedExchange : public HaloExchange {
+ public:
+  AgreedExchange(HaloExchange *inner, MPI_Comm comm) : inner_(inner), comm_(comm) {}
+  void forward(const double *owned, double *all, int width) override;
+  void reverse(const double *all, double *owned, int width) override;
+  // the exchange learnt of a failure (every rank then holds message())
+  bool tripped() const { return tripped_; }
+  const std::string &message() const { return message_; }
+
+ private:
+  HaloExchange *inner_;
+  MPI_Comm comm_;
+  bool tripped_ = false;
+  std::string message_;
+  void agree();
+};
+
 // run `work` on every rank of `comm`; the failure of the lowest failing rank
 // (its exception's text after `prefix`) on every rank, or empty: ranks then
 // take the same branch, and none is left waiting in a collective that a
-// failing one skips
+// failing one skips. `guard`: the AgreedExchange `work` runs its exchanges
+// through (a failure it learnt of is already agreed)
 std::string agreed_failure(MPI_Comm comm, const std::string &prefix,
-                           const std::function<void()> &work);
+                           const std::function<void()> &work,
+                           const AgreedExchange *guard = nullptr);
 
 // the loss gradient of a stored configuration (this rank's piece of it) with
 // `model`, added to the model's parameter gradients, with `exchange` (the

@@ -123,6 +123,9 @@ class Model {
   // `virial_weights` (6 doubles or nullptr) add sum_k c_k W_k to the objective.
   void backward_train(const std::vector<double> &node_force_weights, double energy_weight,
                       const double *virial_weights = nullptr);
+  // whether the parameters require gradients now (only inside a training
+  // pass: MD passes build no parameter graph)
+  bool parameters_require_grad() const;
   int64_t num_parameters() const;
   void zero_grad();
   // parameter gradients, flattened in the module's fixed parameter order
@@ -148,6 +151,8 @@ class Model {
   friend class Trainer;
 
  private:
+  void forward_train_pass(const GraphInput &in, double &energy, std::vector<double> &node_forces,
+                          double *virial);
   struct Impl;
   std::unique_ptr<Impl> impl;
 };
