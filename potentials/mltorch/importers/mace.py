@@ -277,14 +277,23 @@ def _swap_codegen(owner, qualname, attr, graphmod):
 def reference(atoms, path, dtype="float64", head=None):
     """MACE's own energy, forces, stress (eV/A^3, ASE's sign and Voigt order)
     and per-atom energies (E0 included) for ASE `atoms`, by MACECalculator."""
+    return references([atoms], path, dtype, head)[0]
+
+
+def references(atoms_list, path, dtype="float64", head=None):
+    """reference() of each ASE Atoms of `atoms_list`, the calculator made once."""
     import logging
     from mace.calculators import MACECalculator
     logging.disable(logging.WARNING)
     with quiet():
         kwargs = {"head": head} if head is not None else {}
         calc = MACECalculator(model_paths=path, device="cpu", default_dtype=dtype, **kwargs)
-        a = atoms.copy()
-        a.calc = calc
-        energy = a.get_potential_energy()
-        return {"energy": float(energy), "forces": a.get_forces(), "stress": a.get_stress(),
-                "energies": calc.results["energies"].copy()}
+        results = []
+        for atoms in atoms_list:
+            a = atoms.copy()
+            a.calc = calc
+            energy = a.get_potential_energy()
+            results.append({"energy": float(energy), "forces": a.get_forces(),
+                            "stress": a.get_stress(),
+                            "energies": calc.results["energies"].copy()})
+        return results

@@ -298,6 +298,11 @@ def reference(atoms, path, dtype=None):
     """nequip's own energy, forces, stress (eV/A^3, ASE's sign and Voigt order)
     and per-atom energies for ASE `atoms`, by NequIPCalculator on the model
     loaded as the importer loads it (in `dtype`, or the model's own)."""
+    return references([atoms], path, dtype)[0]
+
+
+def references(atoms_list, path, dtype=None):
+    """reference() of each ASE Atoms of `atoms_list`, the model loaded once."""
     from nequip.integrations.ase import NequIPCalculator
     from nequip.integrations.utils import basic_transforms
     with quiet():
@@ -305,7 +310,10 @@ def reference(atoms, path, dtype=None):
         types = list(m.type_names)
         calc = NequIPCalculator(model=m, device="cpu", transforms=basic_transforms(
             m.metadata, float(m.metadata["r_max"]), types, {t: t for t in types}))
-        a = atoms.copy()
-        a.calc = calc
-        return {"energy": float(a.get_potential_energy()), "forces": a.get_forces(),
-                "stress": a.get_stress(), "energies": a.get_potential_energies()}
+        results = []
+        for atoms in atoms_list:
+            a = atoms.copy()
+            a.calc = calc
+            results.append({"energy": float(a.get_potential_energy()), "forces": a.get_forces(),
+                            "stress": a.get_stress(), "energies": a.get_potential_energies()})
+        return results

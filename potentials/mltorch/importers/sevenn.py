@@ -16,6 +16,16 @@ Only the convolution looks at other atoms, and the first block's input is a
 function of the species alone, so the embed stage runs the first block too
 and a model of B blocks has B - 1 exchanges.
 
+A multi-fidelity checkpoint (7net-mf-0) inserts after the species one-hot
+a one-hot of the modality (`one_hot_modality`: the scalar `modal_type` ->
+`modal_attr`), which its modal linear layers (self_interaction_1/2 of every
+block, reduce_input_to_hidden of the readout, onehot_to_feature_x where
+use_modal_node_embedding) append to their input features, and a
+per-modality shift (ModalWiseRescale, indexed by `modal_type`). The file is
+one head: the wrapper makes `modal_type` and `modal_attr` of the chosen
+modality with the species of every stage (`_nodes`), so that each stage
+sees them, as SevenNet's one-hot would give them.
+
 What the wrapper changes, each checked against SevenNet's own model
 (`reference()`):
 - the one-hot embedding is made in the model's dtype (SevenNet's
@@ -53,13 +63,13 @@ SKIPPED = ("reduce_total_enegy", "force_output")   # SevenNet's own sum and auto
 
 
 def checkpoint_path(name):
-    """A shipped model name (PRETRAINED) or a checkpoint file -> its path."""
+    """A shipped model name (PRETRAINED) or a checkpoint file -> its absolute path."""
     if name in PRETRAINED:
         import sevenn
         return os.path.join(os.path.dirname(sevenn.__file__), "pretrained_potentials",
                             PRETRAINED[name])
     if os.path.isfile(name):
-        return name
+        return os.path.abspath(name)
     raise ImportFailed(f"{name!r} is neither a shipped SevenNet model ({', '.join(PRETRAINED)}) "
                        "nor a checkpoint file")
 
@@ -140,6 +150,15 @@ def _message_gather(node_features: Tensor, edge_dst: Tensor, message: Tensor) ->
     return out.scatter_reduce_(0, index, message, reduce="sum")
 
 
+def _patch_modal_to_data(self, data: dict[str, Tensor]) -> dict[str, Tensor]:
+    """sevenn.nn.linear.IrrepsLinear._patch_modal_to_data (not batched, as the
+    wrapper runs it) with the node count from .size(0)."""
+    x = data[self.key_input]
+    modality_onehot = data[self.key_modal_attr].expand(x.size(0), -1).type(x.dtype)
+    data[self.key_input] = torch.cat([x, modality_onehot], dim=1)
+    return data
+
+
 class SevenNetModel(nn.Module):
     """A SevenNet checkpoint behind the ML-TORCH model contract (layered).
 
@@ -181,9 +200,25 @@ class SevenNetModel(nn.Module):
         if names[0] != "edge_embedding" or "onehot_idx_to_onehot" not in names[:first]:
             raise ImportFailed(f"{checkpoint}: unsupported SevenNet layout {names[:first]}")
         self.edge_embedding = mods["edge_embedding"]
-        # node-wise modules between the one-hot embedding and the first block
-        # (the linear map to features; a modality one-hot for multi-fidelity)
-        self.pre = nn.ModuleList([mods[n] for n in names[1:first] if n != "onehot_idx_to_onehot"])
+        # the modality one-hot of a multi-fidelity model: made by _nodes for every stage
+        self.num_modalities = 0
+        if "one_hot_modality" in names[:first]:
+            onehot = mods["one_hot_modality"]
+            onehot = getattr(onehot, "onehot", onehot)      # under _OnehotInDtype
+            if (onehot.key_x, onehot.key_output) != ("modal_type", "modal_attr"):
+                raise ImportFailed(f"{checkpoint}: unsupported SevenNet modality embedding "
+                                   f"({onehot.key_x} -> {onehot.key_output})")
+            self.num_modalities = int(onehot.num_classes)
+            if not 0 <= self.modal_index < self.num_modalities:
+                raise ImportFailed(f"{checkpoint}: modality {modality} has index "
+                                   f"{self.modal_index}, not below {self.num_modalities}")
+        elif modality is not None:
+            raise ImportFailed(f"{checkpoint}: a modal_map but no modality one-hot "
+                               "(one_hot_modality): unsupported SevenNet layout")
+        # node-wise modules between the one-hot embeddings and the first block
+        # (the linear map to features)
+        self.pre = nn.ModuleList([mods[n] for n in names[1:first]
+                                  if n not in ("onehot_idx_to_onehot", "one_hot_modality")])
         n_blocks = (last - first + 1) // len(BLOCK)
         blocks = []
         for b in range(n_blocks):
@@ -217,12 +252,16 @@ class SevenNetModel(nn.Module):
 
     def prepare_export(self):
         """For mltorch-compile: SevenNet's message_gather sizes its output with
-        len(node_features), which torch.export cannot keep symbolic; the same
-        scatter with .size(0) is put in its place in sevenn.nn.convolution (the
-        only change, numerically identical; checked by mltorch-compile against
+        len(node_features), and its modal linear layers (multi-fidelity) expand
+        the modality one-hot with len(features), which torch.export cannot keep
+        symbolic; the same code with .size(0) is put in their place in
+        sevenn.nn.convolution and sevenn.nn.linear.IrrepsLinear (the only
+        changes, numerically identical; checked by mltorch-compile against
         the TorchScript file)."""
         import sevenn.nn.convolution as conv
+        from sevenn.nn.linear import IrrepsLinear
         conv.message_gather = _message_gather
+        IrrepsLinear._patch_modal_to_data = _patch_modal_to_data
 
     # --- the pieces ----------------------------------------------------------
 
@@ -231,8 +270,10 @@ class SevenNetModel(nn.Module):
         onehot = torch.nn.functional.one_hot(types, self.num_types).to(dtype)
         data: dict[str, Tensor] = {"x": onehot, "node_attr": onehot, "atom_type": types}
         if self.modal_index >= 0:
-            data["modal_type"] = torch.tensor(self.modal_index, dtype=torch.int64,
-                                              device=species.device)
+            # SevenNet's one_hot_modality on the scalar modal_type (not batched)
+            modal = torch.tensor(self.modal_index, dtype=torch.int64, device=species.device)
+            data["modal_type"] = modal
+            data["modal_attr"] = torch.nn.functional.one_hot(modal, self.num_modalities).to(dtype)
         return data
 
     def _edges(self, data: dict[str, Tensor], edge_vectors: Tensor,
@@ -307,26 +348,38 @@ class SevenNetModel(nn.Module):
 def reference(atoms, checkpoint="7net-0", dtype="float64", modality=None):
     """SevenNet's own energy, forces, stress (eV/A^3, ASE's sign and Voigt order)
     and per-atom energies for ASE `atoms`, by SevenNet's own graph and model in
-    `dtype` (float32 is exactly what SevenNetCalculator computes)."""
+    `dtype` (float32 is exactly what SevenNetCalculator computes; `modality`
+    as SevenNetCalculator's `modal`)."""
+    return references([atoms], checkpoint, dtype, modality)[0]
+
+
+def references(atoms_list, checkpoint="7net-0", dtype="float64", modality=None):
+    """reference() of each ASE Atoms of `atoms_list`, the model loaded once."""
     import numpy as np
     from sevenn.atom_graph_data import AtomGraphData
     from sevenn.train.dataload import unlabeled_atoms_to_graph
     tdtype = {"float32": torch.float32, "float64": torch.float64}[dtype]
     model, config = load_sevenn(checkpoint, tdtype, modality)
-    graph = unlabeled_atoms_to_graph(atoms, float(config["cutoff"]), with_shift=False)
-    exact = {k: v for k, v in graph.items() if isinstance(v, np.ndarray) and v.dtype == np.float64}
-    # SevenNet's from_numpy_dict makes every float array float32: put back the
-    # float64 values (positions, edge vectors, volume) for a float64 model
-    data = AtomGraphData.from_numpy_dict(graph)
-    for key, value in exact.items():
-        data[key] = torch.from_numpy(value.copy()).to(tdtype)
-    if modality is not None:
-        data["data_modality"] = modality
-        model.eval_modal_map = True
-    out = model(data)
-    stress_voigt = out["inferred_stress"].detach().double().numpy().reshape(-1)  # xx yy zz xy yz zx
-    xx, yy, zz, xy, yz, zx = stress_voigt
-    return {"energy": float(out["inferred_total_energy"]),
-            "forces": out["inferred_force"].detach().double().numpy(),
-            "stress": -np.array([xx, yy, zz, yz, zx, xy]),   # ASE: -virial/V, Voigt order
-            "energies": out["atomic_energy"].detach().double().numpy().reshape(-1)}
+    results = []
+    for atoms in atoms_list:
+        graph = unlabeled_atoms_to_graph(atoms, float(config["cutoff"]), with_shift=False)
+        exact = {k: v for k, v in graph.items()
+                 if isinstance(v, np.ndarray) and v.dtype == np.float64}
+        # SevenNet's from_numpy_dict makes every float array float32: put back the
+        # float64 values (positions, edge vectors, volume) for a float64 model
+        data = AtomGraphData.from_numpy_dict(graph)
+        for key, value in exact.items():
+            data[key] = torch.from_numpy(value.copy()).to(tdtype)
+        if modality is not None:
+            # what SevenNetCalculator(modal=...) does: the model maps the name
+            data["data_modality"] = modality
+            model.eval_modal_map = True
+        out = model(data)
+        # SevenNet's stress: xx yy zz xy yz zx
+        xx, yy, zz, xy, yz, zx = out["inferred_stress"].detach().double().numpy().reshape(-1)
+        results.append({"energy": float(out["inferred_total_energy"].detach()),
+                        "forces": out["inferred_force"].detach().double().numpy(),
+                        # ASE: -virial/V, Voigt order
+                        "stress": -np.array([xx, yy, zz, yz, zx, xy]),
+                        "energies": out["atomic_energy"].detach().double().numpy().reshape(-1)})
+    return results
