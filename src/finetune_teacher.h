@@ -60,6 +60,12 @@ class FinetuneTeacher : protected Pointers {
   void label(double **fref, double &e_ref, double *w_ref, const std::function<void()> &sum_to_owners);
   // what the log, provenance and restart checks call it
   const std::string &describe() const { return description; }
+  // before the replicas agree on a labelling step (a universe collective):
+  // an external teacher waits there without spinning, so that the clients
+  // still computing keep their cores
+  virtual void wait_for_replicas() {}
+  // a line for the log at the end of a run (empty: none)
+  virtual std::string summary() const { return {}; }
 
  protected:
   FinetuneTeacher(class LAMMPS *lmp, const std::string &what) : Pointers(lmp), description(what) {}
@@ -102,6 +108,10 @@ class IpiTeacher : public FinetuneTeacher {
   IpiTeacher(class LAMMPS *, const std::string &address, double timeout);
   ~IpiTeacher() override;
   std::string connect() override;
+  void wait_for_replicas() override;
+  // labels, the client's computing time, the server side (gather, socket,
+  // checks, scatter) of this replica, since the fix was defined
+  std::string summary() const override;
   // the conversion constants (CODATA 2018) into this run's units
   double hartree() const { return hartree_; }
   double bohr() const { return bohr_; }
@@ -118,10 +128,12 @@ class IpiTeacher : public FinetuneTeacher {
   double hartree_ = 0.0, bohr_ = 0.0;
   bigint natoms_seen = -1;
   std::vector<double> sendbuf, allbuf, labels;
+  bigint nlabels = 0;
+  double time_label = 0.0, time_client = 0.0;    // wall seconds on the first rank
   std::vector<int> counts, displs;
   // ranks other than the server wait for it without spinning (a DFT call
   // takes seconds to hours, and a spinning MPI wait takes the client's cores)
-  void lazy_wait();
+  void lazy_wait(MPI_Comm comm);
 };
 
 }    // namespace LAMMPS_NS

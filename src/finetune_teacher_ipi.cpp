@@ -22,6 +22,7 @@
 #include "comm.h"
 #include "domain.h"
 #include "error.h"
+#include "platform.h"
 #include "finetune_replicas.h"
 #include "universe.h"
 #include "update.h"
@@ -111,18 +112,35 @@ std::string IpiTeacher::connect()
                             e.what(), host);
     }
   }
-  lazy_wait();
+  lazy_wait(world);
   return MLTorch::first_failure(world, failure.empty(), failure);
+}
+
+void IpiTeacher::wait_for_replicas()
+{
+  if (universe->nworlds > 1) lazy_wait(universe->uworld);
+}
+
+std::string IpiTeacher::summary() const
+{
+  if (!server || nlabels == 0) return {};
+  const double server_side = time_label - time_client;
+  return fmt::format("fix torch/finetune: teacher ipi on {}: {} labels, {:.4g} s in the client, "
+                     "{:.4g} s on the server side (gather, socket, checks, scatter: {:.3g}% of the "
+                     "client's time, {:.3g} ms per label)\n",
+                     where, nlabels, time_client, server_side,
+                     time_client > 0 ? 100.0 * server_side / time_client : 0.0,
+                     1e3 * server_side / static_cast<double>(nlabels));
 }
 
 /* ----------------------------------------------------------------------
    wait for the replica's first rank without a spinning MPI call
 ------------------------------------------------------------------------- */
 
-void IpiTeacher::lazy_wait()
+void IpiTeacher::lazy_wait(MPI_Comm comm)
 {
   MPI_Request req;
-  MPI_Ibarrier(world, &req);
+  MPI_Ibarrier(comm, &req);
   int done = 0;
   MPI_Test(&req, &done, MPI_STATUS_IGNORE);
   while (!done) {
@@ -140,6 +158,7 @@ void IpiTeacher::lazy_wait()
 void IpiTeacher::reference(double **fref, double &e_ref, double *w_ref,
                            const std::function<void()> & /*sum_to_owners*/)
 {
+  const double t_start = platform::walltime();
   const int nlocal = atom->nlocal;
   const bigint natoms = atom->natoms;
   std::string failure;
@@ -199,6 +218,7 @@ void IpiTeacher::reference(double **fref, double &e_ref, double *w_ref,
     if (failure.empty()) {
       try {
         const auto r = server->evaluate(cell, pos.data(), n);
+        time_client += r.wait_seconds;
         bool finite = std::isfinite(r.energy);
         for (double v : r.forces) finite = finite && std::isfinite(v);
         for (double v : r.virial) finite = finite && std::isfinite(v);
@@ -220,7 +240,7 @@ void IpiTeacher::reference(double **fref, double &e_ref, double *w_ref,
       }
     }
   }
-  lazy_wait();
+  lazy_wait(world);
   const std::string agreed = MLTorch::first_failure(world, failure.empty(), failure);
   if (!agreed.empty()) throw StepFailure("Fix torch/finetune teacher ipi: " + agreed);
   MPI_Bcast(labels.data(), static_cast<int>(labels.size()), MPI_DOUBLE, 0, world);
@@ -231,4 +251,6 @@ void IpiTeacher::reference(double **fref, double &e_ref, double *w_ref,
   }
   e_ref = comm->me == 0 ? labels[0] : 0.0;
   for (int k = 0; k < 6; ++k) w_ref[k] = comm->me == 0 ? labels[1 + k] : 0.0;
+  ++nlabels;
+  time_label += platform::walltime() - t_start;
 }

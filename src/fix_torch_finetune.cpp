@@ -321,6 +321,7 @@ void FixTorchFinetune::post_force(int /*vflag*/)
     failure = e.what();
   }
   // before any reduction of the replicas: a failure in one stops all
+  teacher->wait_for_replicas();
   replicas->agree(failure);
   if (++pending >= set->accumulate) {
     if (!built) student->training_graph(in);
@@ -384,6 +385,8 @@ double **FixTorchFinetune::comm_array() const
 
 void FixTorchFinetune::post_run()
 {
+  const std::string line = teacher->summary();
+  if (!line.empty()) utils::logmesg(lmp, line);
   if (!set->save_file.empty() && trainer->count.nupdates > 0) save_model(set->save_file);
 }
 

@@ -373,6 +373,57 @@ TEST(IpiEnergyShift, ConstantsChangeNothingAndAreReported)
 }
 
 /* ----------------------------------------------------------------------
+   restart: 8 labels, write_restart, a new LAMMPS and a new client, 8 more
+   labels give the parameters and fitted shifts of 16 labels in one run
+------------------------------------------------------------------------- */
+
+TEST(IpiEnergyShift, RestartKeepsTheFit)
+{
+  const std::string base = socket_name("rst");
+  const std::string file = "/tmp/" + base + ".restart";
+  auto run = [&](const std::string &name, int steps) {
+    auto c = finetune_run("teacher ipi \"" + name + " 0 unix\"", "ortho", "energy_shift fit");
+    c.back() = "run " + std::to_string(steps) + " post no";
+    return c;
+  };
+  std::vector<double> p_one, p_two, mu_one, mu_two;
+  {
+    Client client(ase_client(base + "a", 64, {"--shift", "-3.5"}));
+    Lammps l;
+    l.cmds(run(base + "a", 16));
+    p_one = l.params();
+    mu_one = l.fix()->energy_shift();
+  }
+  {
+    Client client(ase_client(base + "b", 64, {"--shift", "-3.5"}));
+    Lammps l;
+    l.cmds(run(base + "b", 8));
+    l.cmd("write_restart " + file);
+  }
+  {
+    Client client(ase_client(base + "c", 64, {"--shift", "-3.5"}));
+    Lammps l;
+    l.cmds({"read_restart " + file, "pair_style torch", "pair_coeff * * " + student + " Si",
+            "neighbor 1.0 bin", "fix md all nve",
+            "fix ft all torch/finetune 2 teacher ipi \"" + base +
+                "c 0 unix\" lr 1e-3 log 0 check 0 teacher_timeout 60 energy_shift fit",
+            "run 8 post no"});
+    p_two = l.params();
+    mu_two = l.fix()->energy_shift();
+    EXPECT_EQ(l.fix()->updates(), 8);
+  }
+  if (me == 0) std::remove(file.c_str());
+  ASSERT_EQ(mu_one.size(), 1u);
+  ASSERT_EQ(mu_two.size(), 1u);
+  const double dp = max_diff(p_two, p_one), dmu = std::fabs(mu_two[0] - mu_one[0]);
+  if (me == 0)
+    std::printf("[ ipi rst  ] 8 + 8 labels across a restart vs 16 in one run: parameters %.2e, "
+                "energy shift %.2e eV/atom (shift %.8f)\n", dp, dmu, mu_one[0]);
+  EXPECT_LE(dp, 1e-10);
+  EXPECT_LE(dmu, 1e-10);
+}
+
+/* ----------------------------------------------------------------------
    faults: each ends in an ERROR on every rank (library mode: every rank
    throws), none hangs (ctest TIMEOUT), files stay whole
 ------------------------------------------------------------------------- */

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -211,9 +212,15 @@ std::string IpiServer::recv_header()
 
 /* ---------------------------------------------------------------------- */
 
+static double seconds_since(std::chrono::steady_clock::time_point t0)
+{
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 IpiResult IpiServer::evaluate(const double *cell, const double *positions, int natoms)
 {
   if (client_fd < 0) throw IpiError("no i-PI client is connected to " + where());
+  const auto t_start = std::chrono::steady_clock::now();
   auto fail = [&](const std::string &what) {
     drop_client();
     throw IpiError("the i-PI client on " + where() + " " + what);
@@ -256,8 +263,10 @@ IpiResult IpiServer::evaluate(const double *cell, const double *positions, int n
   send_all(positions, 3 * sizeof(double) * static_cast<std::size_t>(natoms));
 
   // the reply to STATUS comes when the calculation is done
+  const auto t_sent = std::chrono::steady_clock::now();
   send_header("STATUS");
   status = recv_header();
+  const double waited = seconds_since(t_sent);
   if (status != "HAVEDATA")
     fail("answered STATUS with '" + status + "' after the positions, where HAVEDATA was due");
   send_header("GETFORCE");
@@ -265,6 +274,7 @@ IpiResult IpiServer::evaluate(const double *cell, const double *positions, int n
   if (status != "FORCEREADY") fail("answered GETFORCE with '" + status + "', not FORCEREADY");
 
   IpiResult r;
+  r.wait_seconds = waited;
   int n = 0;
   recv_all(&r.energy, sizeof(double));
   recv_all(&n, sizeof(n));
@@ -279,6 +289,7 @@ IpiResult IpiServer::evaluate(const double *cell, const double *positions, int n
   if (len < 0 || len > (1 << 26)) fail("sent an extra string of " + std::to_string(len) + " bytes");
   r.extra.resize(static_cast<std::size_t>(len));
   if (len > 0) recv_all(r.extra.data(), r.extra.size());
+  r.total_seconds = seconds_since(t_start);
   return r;
 }
 

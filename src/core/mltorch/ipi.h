@@ -39,6 +39,9 @@ struct IpiResult {
   std::vector<double> forces;    // [natoms][3]
   double virial[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};    // row-major, as sent
   std::string extra;
+  // wall seconds the server waited for the client's calculation (from the
+  // positions sent to its HAVEDATA), and the whole evaluate()
+  double wait_seconds = 0.0, total_seconds = 0.0;
 };
 
 class IpiServer {
