@@ -26,6 +26,7 @@
 #include "error.h"
 #include "finetune_replicas.h"
 #include "finetune_teacher.h"
+#include "input.h"
 #include "force.h"
 #include "lmp_compat.h"
 #include "memory.h"
@@ -203,6 +204,13 @@ void FixTorchFinetune::init()
   if (utils::strmatch(update->integrate_style, "^respa"))
     error->all(FLERR, "Fix torch/finetune does not support run_style respa; use run_style verlet");
 
+  // rerun calls only end_of_step fixes: this fix would train on nothing
+  if (input->command && strcmp(input->command, "rerun") == 0 && !rerun_warned) {
+    if (comm->me == 0)
+      error->warning(FLERR, "Fix torch/finetune trains nothing during rerun (LAMMPS invokes only "
+                            "end_of_step fixes there); unfix it, or run MD to train");
+    rerun_warned = true;
+  }
   teacher->init(force->pair_match("^torch", 0));
   // LAMMPS sizes its communication buffers from force->pair and the fixes:
   // the teacher (not force->pair) communicates through them too (e.g. eam

@@ -426,6 +426,13 @@ void PairTorch::init_style()
   if (force->newton_pair == 0)
     error->all(FLERR, "Pair style torch requires newton pair on (use 'newton on')");
   if (atom->tag_enable == 0) error->all(FLERR, "Pair style torch requires atom IDs");
+  // the model's energy is used as it is: a shift or a tail correction
+  // LAMMPS would add for a pairwise style has no meaning for it
+  if (offset_flag || tail_flag)
+    error->all(FLERR, "Pair style torch does not support pair_modify {}: the model's energy is "
+                      "used as it is (energy shifts belong in the model); remove the pair_modify "
+                      "keyword or set it to no",
+               offset_flag ? "shift yes" : "tail yes");
 
   if (halo_settings_changed) {
     derive_halo_mode();

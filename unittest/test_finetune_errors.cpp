@@ -7,6 +7,9 @@
 
 #include "finetune_fixtures.h"
 
+#include <fstream>
+#include <iterator>
+
 /* ----------------------------------------------------------------------
    7. bad input
 ------------------------------------------------------------------------- */
@@ -466,4 +469,24 @@ TEST(ReplicaErrors, ExtraRunInOnePartitionStopsWithError)
   const std::string msg = partition_run({"if \"${p} == 0\" then \"run 0 post no\""});
   EXPECT_NE(msg.find("replicas disagree"), std::string::npos) << "got: '" << msg << "'";
   EXPECT_NE(msg.find("run 0 steps"), std::string::npos) << "got: '" << msg << "'";
+}
+
+// rerun invokes only end_of_step fixes: a WARNING says the fix trains
+// nothing there (read back from the log file), and it indeed makes no update
+TEST_F(FinetuneErrors, RerunWarnsThatItTrainsNothing)
+{
+  if (me != 0) GTEST_SKIP();
+  const std::string dump = ::testing::TempDir() + "/rerun.dump";
+  const std::string log = ::testing::TempDir() + "/rerun.log";
+  base();
+  l->cmds({"dump d all custom 1 " + dump + " id type x y z", "run 2 post no", "undump d",
+           "fix ft all torch/finetune 1 " + teacher() + " log 0", "log " + log,
+           "rerun " + dump + " dump x y z", "log none"});
+  EXPECT_EQ(l->fix()->updates(), 0);
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("WARNING: Fix torch/finetune trains nothing during rerun"), std::string::npos)
+      << text;
+  std::remove(dump.c_str());
+  std::remove(log.c_str());
 }

@@ -302,7 +302,9 @@ TEST(IpiAse, LabelsAreTheCalculatorsResults)
   {
     Client client(ase_client(name, 64, {"--record", record}));
     Lammps l;
-    l.cmds(finetune_run("teacher ipi \"" + name + " 0 unix\"", "triclinic", "energy_shift none"));
+    // the address through a variable: substituted inside the quoted word
+    l.cmd("variable sock string " + name);
+    l.cmds(finetune_run("teacher ipi \"${sock} 0 unix\"", "triclinic", "energy_shift none"));
     got = labels_of(l, MPI_COMM_WORLD);
     EXPECT_EQ(l.fix()->updates(), 8);
   }

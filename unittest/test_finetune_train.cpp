@@ -405,7 +405,7 @@ static std::string restart_fix(const std::string &extra = "")
 }
 
 static void restart_continues_exactly(const std::string &model_file, const std::string &extra = "",
-                                      int min_updates = 45)
+                                      int min_updates = 45, int min_rollbacks = 0)
 {
   const std::string file = ::testing::TempDir() + "/finetune.restart";
   std::vector<std::string> setup = silicon(2, 99, "ortho");
@@ -434,6 +434,11 @@ static void restart_continues_exactly(const std::string &model_file, const std::
   // one update every 2 steps, less any the fix skipped (a spike or rollback)
   EXPECT_GE(updates_b1, min_updates);
   EXPECT_LE(updates_b1, 50);
+  // rollbacks before and after the restart: the loss average and the last
+  // good parameters and optimizer state must come through it
+  if (min_rollbacks > 0) {
+    EXPECT_GE(va[8], min_rollbacks) << "rollbacks in the uninterrupted run";
+  }
   Lammps b2(MPI_COMM_SELF);
   b2.cmds({"read_restart " + file, "pair_style torch", "pair_coeff * * " + model_file + " Si",
            restart_fix(extra), "fix md all nve"});
@@ -480,6 +485,15 @@ TEST(Restart, ContinuesExactly)
 
 // a compiled student: the restart file holds its TorchScript twin's state,
 // which the compiled code reads after read_restart as after every update
+// rollbacks firing on both sides of the restart (a learning rate far too
+// large): the running loss average, the last good parameters and their
+// optimizer state are in the restart record
+TEST(Restart, RollbackStateContinuesExactly)
+{
+  if (nprocs > 1) GTEST_SKIP() << "runs on one rank";
+  restart_continues_exactly(student, " lr 0.05 rollback 1.5", 0, 4);
+}
+
 TEST(Restart, CompiledStudentContinuesExactly)
 {
   if (nprocs > 1) GTEST_SKIP() << "runs on one rank";
@@ -544,14 +558,36 @@ TEST(Decisions, SkipAndRollbackAreCollective)
   // (atoms held still, so that the bad steps cannot wreck the trajectory)
   l.cmd("unfix md");
   l.cmd("fix ft all torch/finetune 1 " + teacher() + " log 0 check 1 lr 0.3 rollback 3");
-  l.cmd("run 30 post no");
+  // step by step: a rollback must give back parameters of an earlier step
+  // (the last good ones), not leave those it found (a restore that does
+  // nothing would keep the previous step's parameters)
+  std::vector<std::vector<double>> seen{l.params()};
+  double counted = 0.0;
+  int restored = 0;
+  for (int step = 0; step < 30; ++step) {
+    l.cmd("run 1 post no");
+    const auto now = l.params();
+    const double n = l.fix()->compute_vector(8);
+    if (n > counted) {
+      counted = n;
+      EXPECT_GT(max_diff(now, seen.back()), 0.0) << "rollback on step " << step << " kept the parameters";
+      bool earlier = false;
+      for (std::size_t k = 0; k + 1 < seen.size(); ++k) earlier = earlier || max_diff(now, seen[k]) == 0.0;
+      EXPECT_TRUE(earlier) << "rollback on step " << step << " restored no earlier parameters";
+      restored += earlier ? 1 : 0;
+    }
+    seen.push_back(now);
+  }
   const double rollbacks = l.fix()->compute_vector(8);
   EXPECT_GE(rollbacks, 1.0);
+  EXPECT_EQ(restored, static_cast<int>(rollbacks));
   double rb_min = 0.0, rb_max = 0.0;
   MPI_Allreduce(&rollbacks, &rb_min, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
   MPI_Allreduce(&rollbacks, &rb_max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   EXPECT_EQ(rb_min, rb_max);
-  if (me == 0) std::printf("[ decisions ] 10 of 10 updates skipped; %g rollback(s) in 30 updates\n", rollbacks);
+  if (me == 0)
+    std::printf("[ decisions ] 10 of 10 updates skipped; %g rollback(s) in 30 updates, each back "
+                "to an earlier step's parameters\n", rollbacks);
 }
 
 /* ----------------------------------------------------------------------

@@ -14,9 +14,18 @@ of each (7net-mf-0: PBE, R2SCAN) against SevenNet's own model in float64
 checkpoint named by a relative path: the absolute path recorded, the import
 check over every element and per-atom energies (`SevenNetImportCommand`).
 
+MACE foundation-model architectures with a ZBL pair repulsion (MP-0b3,
+MPA-0/OMAT-0; built by MACE's own code, random weights) against
+MACECalculator, without LAMMPS (`MACEPairRepulsion`) and through LAMMPS
+(`MACEPairRepulsionThroughLammps`), both in .venv-mace; a NequIP model in
+kcal/mol (real units) against NequIPCalculator and the units the importer
+records (`NequIPUnits`, no LAMMPS), and through LAMMPS under `units real`,
+refused under `units metal` (`NequIPRealUnitsThroughLammps`), both in .venv.
+
 Run: python unittest/test_imported.py -v   (ctest does, with ML_TORCH_LMP and
 ML_TORCH_MPIEXEC set); the classes without LAMMPS alone:
-python unittest/test_imported.py -v SevenNetCheckpoints SevenNetImportCommand
+python unittest/test_imported.py -v SevenNetCheckpoints SevenNetImportCommand NequIPUnits
+.venv-mace/bin/python unittest/test_imported.py -v MACEPairRepulsion
 """
 
 import os
@@ -34,6 +43,7 @@ sys.path.insert(0, os.path.join(root, "potentials"))
 warnings.filterwarnings("ignore")
 
 NKTV2P = 1.6021765e6           # LAMMPS metal: bar * A^3 -> eV
+NKTV2P_OF = {"metal": NKTV2P, "real": 68568.415}    # real: atm * A^3 -> kcal/mol
 ELEMENTS = ["Zn", "S", "Se"]
 
 
@@ -85,12 +95,14 @@ def write_data(path, pos, cell, symbols, elements=ELEMENTS):
             f.write(f"{i + 1} {t} {p[0]:.17g} {p[1]:.17g} {p[2]:.17g}\n")
 
 
-def run_lammps(model, pos, cell, symbols, ranks, elements=ELEMENTS, launcher=None):
-    """Energy, forces [n,3], virial [6] (xx yy zz xy xz yz, eV) and per-atom energies."""
+def run_lammps(model, pos, cell, symbols, ranks, elements=ELEMENTS, launcher=None,
+               units="metal"):
+    """Energy, forces [n,3], virial [6] (xx yy zz xy xz yz, energy units) and
+    per-atom energies, under LAMMPS `units` (metal: eV; real: kcal/mol)."""
     work = tempfile.mkdtemp(prefix="imported-")
     write_data(os.path.join(work, "cell.data"), pos, cell, symbols, elements)
     script = f"""
-units metal
+units {units}
 atom_style atomic
 atom_modify map array
 read_data cell.data
@@ -119,7 +131,7 @@ $(c_vir[4]:%.17g) $(c_vir[5]:%.17g) $(c_vir[6]:%.17g) $(vol:%.17g)"
     with open(os.path.join(work, "forces.dump")) as f:
         lines = f.read().splitlines()
     data = np.array([[float(w) for w in line.split()] for line in lines[9:]])
-    return {"energy": v[0], "virial": np.array(v[1:7]) * v[7] / NKTV2P,
+    return {"energy": v[0], "virial": np.array(v[1:7]) * v[7] / NKTV2P_OF[units],
             "forces": data[:, 1:4], "energies": data[:, 4], "log": out.stdout}
 
 
@@ -508,6 +520,159 @@ class MACEThroughLammps(ImportedThroughLammps):
                             SIC)
 
 
+# --- MACE foundation models with a ZBL pair repulsion (issue 33 item 4) -------
+# MACE-MP-0b3, MPA-0 and OMAT-0 are built with `pair_repulsion` (MACE's
+# ZBLBasis) and the Agnesi distance transform; MP-0b3 with MACE's residual
+# interaction blocks, MPA-0 and OMAT-0 with its density-normalised ones (as
+# their published training commands and other codes' ports of them say; the
+# model files themselves are not downloaded here). They are rebuilt here by MACE's own code (its CLI's argument parser, check_args
+# and configure_model, as `mace_run_train --model MACE` builds them) with
+# those hyperparameters, scaled down for speed (8 channels instead of 128,
+# max_L 1, max_ell 3, correlation 3, r_max 6 A, 10 Bessel functions, radial
+# MLP [16, 16, 16]), random weights, float64.
+MACE_ZBL_ELEMENTS = ["C", "O", "Si", "Hf"]
+MACE_ZBL_VARIANTS = {
+    "mp-0b3": ("RealAgnosticInteractionBlock", "RealAgnosticResidualInteractionBlock"),
+    "mpa-0": ("RealAgnosticDensityInteractionBlock", "RealAgnosticDensityResidualInteractionBlock"),
+}
+
+
+def build_mace_zbl(variant, path, elements=MACE_ZBL_ELEMENTS, seed=7):
+    """A ScaleShiftMACE with pair repulsion built by MACE's own code (see
+    above) with random weights, random E0s, scale 0.7, saved as
+    mace_run_train saves a model (torch.save of the module)."""
+    import contextlib
+    import io
+    import logging
+    import torch
+    from ase.data import atomic_numbers
+    from mace import tools
+    from mace.tools.arg_parser_tools import check_args
+    from mace.tools.model_script_utils import configure_model
+    first, interaction = MACE_ZBL_VARIANTS[variant]
+    argv = ["--name", variant, "--train_file", "unused.xyz", "--model", "MACE",
+            "--interaction_first", first, "--interaction", interaction,
+            "--num_interactions", "2", "--correlation", "3", "--max_ell", "3", "--r_max", "6.0",
+            "--max_L", "1", "--num_channels", "8", "--num_radial_basis", "10",
+            "--MLP_irreps", "4x0e", "--radial_MLP", "[16,16,16]", "--pair_repulsion",
+            "--distance_transform", "Agnesi", "--default_dtype", "float64", "--seed", str(seed)]
+    logging.disable(logging.WARNING)
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        args, _ = check_args(tools.build_default_arg_parser().parse_args(argv))
+        # what run_train sets from the data: outputs, statistics
+        args.compute_energy, args.compute_dipole, args.compute_polarizability = True, False, False
+        args.mean, args.std, args.avg_num_neighbors = 0.0, 0.7, 40.0
+        tools.set_seeds(seed)
+        e0 = np.random.default_rng(seed).uniform(-9.0, -1.0, len(elements))
+        z_table = tools.AtomicNumberTable([atomic_numbers[e] for e in elements])
+        with contextlib.redirect_stdout(io.StringIO()):
+            model, _ = configure_model(args, None, e0, heads=["Default"], z_table=z_table)
+    finally:
+        torch.set_default_dtype(old)
+    assert hasattr(model, "pair_repulsion") and type(model).__name__ == "ScaleShiftMACE"
+    torch.save(model.double(), path)
+    return path
+
+
+def without_pair_repulsion(path, out):
+    """The same model with MACE's pair repulsion switched off (MACE's forward
+    runs it where the model has the flag `pair_repulsion`)."""
+    import torch
+    model = torch.load(path, weights_only=False, map_location="cpu")
+    del model.pair_repulsion
+    torch.save(model, out)
+    return out
+
+
+def compressed_cell(seed=4):
+    """64 atoms of C, O, Si and Hf on a triclinic zincblende cell compressed
+    until nearest neighbours are about 1.7 A apart, well inside the ZBL range
+    (the sum of the covalent radii) of most pairs."""
+    def pick(rng):
+        return tuple(str(e) for e in rng.choice(MACE_ZBL_ELEMENTS, 2))
+    return zincblende_cell(3.9, pick, (0.07, -0.05, 0.09), 0.08, seed)
+
+
+@unittest.skipUnless(has("mace"), "mace-torch is not installed in this environment (.venv-mace)")
+class MACEPairRepulsion(unittest.TestCase):
+    """MACE models with a ZBL pair repulsion and the Agnesi transform (the
+    MP-0b3 and the MPA-0/OMAT-0 architecture, built by MACE's own code, random
+    weights), imported (the wrapper, scripted as the file is) in float64
+    against MACECalculator on an 8-atom periodic triclinic C/O/Si/Hf cell
+    compressed into the ZBL range: energy, forces and per-atom energies to
+    1e-10 relative, through the stages with the exchange and through
+    forward() on the folded graph; the pair repulsion moves each of them by
+    more than 1e-4 relative (the same model without it). No LAMMPS."""
+
+    SYMBOLS = ["Hf", "O", "Si", "C", "C", "Si", "O", "Hf"]
+
+    @classmethod
+    def setUpClass(cls):
+        cls.work = tempfile.mkdtemp(prefix="mace-zbl-")
+
+    def test_zbl_models_equal_mace_float64(self):
+        import torch
+        from ase import Atoms
+        from mltorch.importers import mace as mc
+        pos, cell, symbols = small_cell(self.SYMBOLS, a=3.9)
+        atoms = Atoms(symbols, positions=pos, cell=cell, pbc=True)
+        species = [MACE_ZBL_ELEMENTS.index(e) for e in symbols]
+        for variant in MACE_ZBL_VARIANTS:
+            with self.subTest(variant):
+                path = build_mace_zbl(variant, os.path.join(self.work, f"{variant}.model"))
+                ref = mc.reference(atoms, path, "float64")
+                bare = mc.reference(atoms, without_pair_repulsion(
+                    path, os.path.join(self.work, f"{variant}-no-zbl.model")), "float64")
+                share = relative_differences(bare, ref)
+                print(f"\n{variant}: the pair repulsion changes energy {share['energy']:.2g}, "
+                      f"per-atom energies {share['energies']:.2g}, forces {share['forces']:.2g} "
+                      f"(relative; energy {ref['energy']:.6g} eV, {bare['energy']:.6g} without)")
+                # a wrapper without the term (or with it off by its scale) would miss
+                # by a million times the tolerance or more
+                for key, value in share.items():
+                    self.assertGreater(value, 1e-4, f"{variant}: the ZBL term hardly counts ({key})")
+                model = mc.MACEModel(path, elements=MACE_ZBL_ELEMENTS, dtype="float64")
+                self.assertTrue(model.has_pair_repulsion)
+                model.script_blocks()
+                scripted = torch.jit.script(model)
+                got = evaluate_file(scripted, model.num_layers, pos, cell, species, model.cutoff)
+                for how, values in got.items():
+                    d = relative_differences(values, ref)
+                    print(f"{variant}, {how}: relative differences "
+                          + ", ".join(f"{k} {v:.2g}" for k, v in d.items()))
+                    for key, value in d.items():
+                        self.assertLess(value, 1e-10, f"{variant}, {how}: {key}")
+
+
+@unittest.skipUnless(os.environ.get("ML_TORCH_LMP"), "ML_TORCH_LMP (the lmp executable) not set")
+@unittest.skipUnless(has("mace"), "mace-torch is not installed in this environment (.venv-mace)")
+class MACEPairRepulsionThroughLammps(ImportedThroughLammps):
+    """The MP-0b3 and the MPA-0/OMAT-0 architecture with the ZBL pair
+    repulsion (built as in MACEPairRepulsion) imported with `mltorch-import mace` as a user does,
+    through pair_style torch on 1 and 3 ranks, against MACECalculator on a
+    64-atom triclinic C/O/Si/Hf cell compressed into the ZBL range (float64,
+    1e-10 relative)."""
+    cell_of = staticmethod(compressed_cell)
+
+    def test_float64_equals_mace_on_1_and_3_ranks(self):
+        from mltorch.importers import mace as mc
+        self.assertEqual(sorted(set(self.symbols)), sorted(MACE_ZBL_ELEMENTS))
+        for variant in MACE_ZBL_VARIANTS:
+            path = build_mace_zbl(variant, os.path.join(self.work, f"{variant}.model"))
+            ref = mc.reference(self.atoms, path, "float64")
+            ref["virial"] = virial_of(ref["stress"], self.volume)
+            bare = mc.reference(self.atoms, without_pair_repulsion(
+                path, os.path.join(self.work, f"{variant}-no-zbl.model")), "float64")
+            share = relative_differences(bare, ref)
+            print(f"\n{variant}: the pair repulsion changes " + ", ".join(
+                f"{k} {v:.2g}" for k, v in share.items()) + " (relative)")
+            self.assertGreater(min(share.values()), 1e-4)
+            self.through_lammps("mace", f"{variant}-zbl", path, "float64", 1e-10, ref,
+                                MACE_ZBL_ELEMENTS)
+
+
 NEQUIP_DIR = os.path.join(root, "potentials", "frameworks", "nequip_sic")
 
 
@@ -577,6 +742,173 @@ class NequIPThroughLammps(ImportedThroughLammps):
         self.assertEqual(out.returncode, 0, out.stdout[-2000:] + out.stderr[-2000:])
         self.through_lammps("nequip", "nequip-package", package, "float64", 1e-10,
                             self.reference(source, "float64"), SIC)
+
+
+# --- NequIP models in kcal/mol (LAMMPS units real) (issue 33 item 4) -----------
+KCAL_PER_EV = 23.060548
+REAL_TYPES = ["H", "C", "O"]
+
+
+def build_nequip_units(path, units="real", types=REAL_TYPES, seed=789):
+    """A NequIP model (2 layers, l_max 1, 8 features, r_max 4 A, ZBL, float64)
+    built by nequip's own code from the config of nequip_sic.ckpt (its training
+    module, as nequip-train builds it, random weights from `seed`) with the
+    types `types`, per-type scales and shifts of kcal/mol size and nequip's
+    ZBL in `units`, saved as a checkpoint of nequip-train (the config and the
+    fresh state) that nequip's own loader reads."""
+    import copy
+    import hydra
+    import torch
+    from nequip.utils.global_state import set_global_state
+    set_global_state()
+    ck = torch.load(os.path.join(NEQUIP_DIR, "nequip_sic.ckpt"), map_location="cpu",
+                    weights_only=False)
+    hp = copy.deepcopy(ck["hyper_parameters"])
+    scale = KCAL_PER_EV if units == "real" else 1.0
+    model = hp["model"]
+    model.update(seed=seed, type_names=list(types), num_layers=2, model_dtype="float64",
+                 per_type_energy_scales={t: scale * s for t, s in zip(types, (0.9, 2.1, 1.6))},
+                 per_type_energy_shifts={t: scale * s for t, s in zip(types, (-3.4, -6.7, -4.9))},
+                 pair_potential={"_target_": "nequip.nn.pair_potential.ZBL", "units": units,
+                                 "chemical_species": list(types)})
+    hp["info_dict"]["training_module"]["model"] = copy.deepcopy(model)
+    training_module = hydra.utils.get_class(hp["info_dict"]["training_module"]["_target_"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        module = training_module(**hp)
+    saved = {k: v for k, v in ck.items()
+             if k not in ("optimizer_states", "lr_schedulers", "loops", "callbacks", "ASEDataModule")}
+    saved["hyper_parameters"] = hp
+    saved["state_dict"] = module.state_dict()
+    torch.save(saved, path)
+    return path
+
+
+def organic_cell(seed=6):
+    """64 atoms of H, C and O on a triclinic zincblende cell (neighbours about
+    1.9 A apart), periodic."""
+    def pick(rng):
+        return str(rng.choice(["C", "O"])), str(rng.choice(REAL_TYPES))
+    return zincblende_cell(4.36, pick, (0.08, -0.05, 0.1), 0.07, seed)
+
+
+@unittest.skipUnless(has("nequip"), "nequip is not installed in this environment")
+class NequIPUnits(unittest.TestCase):
+    """The units of an imported nequip model: those its ZBL term was built in
+    (nequip's only record of them), else --units, else metal with a note. A
+    NequIP model in kcal/mol (real units; built by nequip's own code, random
+    weights) against NequIPCalculator in float64 (1e-10, stages and folded
+    forward), and `mltorch-import nequip` records 'real' and refuses units
+    that contradict the model's. No LAMMPS."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.work = tempfile.mkdtemp(prefix="nequip-units-")
+        cls.real = build_nequip_units(os.path.join(cls.work, "real.ckpt"))
+
+    def test_real_model_equals_nequip_float64(self):
+        import torch
+        from ase import Atoms
+        from mltorch.importers import nequip as nq
+        symbols = ["C", "H", "O", "H", "O", "C", "H", "C"]
+        pos, cell, symbols = small_cell(symbols, a=5.0)
+        atoms = Atoms(symbols, positions=pos, cell=cell, pbc=True)
+        graph_model = nq.load_nequip(self.real)
+        self.assertEqual(nq.model_units(graph_model)[0], "real")
+        model = nq.NequIPModel(graph_model, elements=REAL_TYPES).eval()
+        model.script_blocks()
+        scripted = torch.jit.script(model)
+        ref = nq.reference(atoms, self.real)       # kcal/mol, kcal/mol/A
+        print(f"\nreal-units NequIP: energy {ref['energy']:.6g} kcal/mol, largest force "
+              f"{np.abs(ref['forces']).max():.4g} kcal/mol/A")
+        got = evaluate_file(scripted, model.num_layers, pos, cell,
+                            [REAL_TYPES.index(s) for s in symbols], model.cutoff)
+        for how, values in got.items():
+            d = relative_differences(values, ref)
+            print(f"real-units NequIP, {how}: relative differences "
+                  + ", ".join(f"{k} {v:.2g}" for k, v in d.items()))
+            for key, value in d.items():
+                self.assertLess(value, 1e-10, f"{how}: {key}")
+
+    def test_units_come_from_the_zbl_term_else_the_option(self):
+        from mltorch.importers import nequip as nq
+        from mltorch.importers.common import ImportFailed
+        real = nq.load_nequip(self.real)
+        metal = nq.load_nequip(os.path.join(NEQUIP_DIR, "nequip_sic.ckpt"))
+        bare = nq.load_nequip(os.path.join(NEQUIP_DIR, "allegro_sic.ckpt"))     # no ZBL
+        self.assertEqual(nq.recorded_units(real), "real")
+        self.assertEqual(nq.recorded_units(metal), "metal")
+        self.assertIsNone(nq.recorded_units(bare))
+        self.assertEqual(nq.model_units(real)[:2], ("real", "the model's ZBL term (units 'real')"))
+        self.assertEqual(nq.model_units(real, "real")[0], "real")
+        self.assertEqual(nq.model_units(metal)[0], "metal")
+        units, source, note = nq.model_units(bare)
+        self.assertEqual((units, source), ("metal", "assumed"))
+        self.assertIn("--units real", note)
+        self.assertEqual(nq.model_units(bare, "real"), ("real", "--units", None))
+        for model, given, says in ((real, "metal", "import it with --units real"),
+                                   (metal, "real", "import it with --units metal"),
+                                   (bare, "lj", "metal (its energies in eV")):
+            with self.assertRaises(ImportFailed) as caught:
+                nq.model_units(model, given)
+            print(f"\n{caught.exception}")
+            self.assertIn(says, str(caught.exception))
+
+    def test_import_command_records_real_units(self):
+        from mltorch.export import read_metadata
+        out = subprocess.run([os.path.join(root, ".venv", "bin", "mltorch-import"), "nequip",
+                              self.real, "-o", os.path.join(self.work, "real.pt")],
+                             capture_output=True, text=True)
+        print("\n" + out.stdout[-1500:])
+        self.assertEqual(out.returncode, 0, out.stdout[-3000:] + out.stderr[-3000:])
+        self.assertIn("units real", out.stdout)
+        self.assertIn("kcal/mol", out.stdout)
+        meta = read_metadata(os.path.join(self.work, "real.pt"))
+        self.assertEqual(meta["units"], "real")
+        self.assertEqual(meta["imported"]["units_from"], "the model's ZBL term (units 'real')")
+        wrong = subprocess.run([os.path.join(root, ".venv", "bin", "mltorch-import"), "nequip",
+                                self.real, "-o", os.path.join(self.work, "wrong.pt"), "--units",
+                                "metal"], capture_output=True, text=True)
+        print(wrong.stderr[-600:])
+        self.assertEqual(wrong.returncode, 1)
+        self.assertIn("the model's ZBL term was built with units 'real'", wrong.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.work, "wrong.pt")))
+
+
+@unittest.skipUnless(os.environ.get("ML_TORCH_LMP"), "ML_TORCH_LMP (the lmp executable) not set")
+@unittest.skipUnless(has("nequip"), "nequip is not installed in this environment")
+class NequIPRealUnitsThroughLammps(ImportedThroughLammps):
+    """A NequIP model in kcal/mol (built as in NequIPUnits) imported with
+    `mltorch-import nequip` as a user does: through pair_style torch under
+    `units real` on 1 and 3 ranks its energy (kcal/mol), forces (kcal/mol/A),
+    virial and per-atom energies equal NequIPCalculator's in float64 (1e-10
+    relative) on a 64-atom triclinic H/C/O cell; under `units metal` LAMMPS
+    stops with pair_style torch's units error."""
+    cell_of = staticmethod(organic_cell)
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.source = build_nequip_units(os.path.join(cls.work, "real.ckpt"))
+        cls.model = os.path.join(cls.work, "real.pt")
+        print(import_model(cls.model, "float64", "nequip", cls.source, REAL_TYPES))
+
+    def test_units_real_equals_nequip_on_1_and_3_ranks(self):
+        from mltorch.importers import nequip as nq
+        ref = nq.reference(self.atoms, self.source, "float64")
+        ref["virial"] = virial_of(ref["stress"], self.volume)
+        for ranks in (1, 3):
+            got = run_lammps(self.model, self.pos, self.cell, self.symbols, ranks, REAL_TYPES,
+                             units="real")
+            self.assertIn("halo exchange", got["log"])
+            self.compare(got, ref, 1e-10, f"real-units NequIP under units real, {ranks} rank(s)")
+
+    def test_units_metal_is_refused(self):
+        with self.assertRaises(AssertionError) as caught:
+            run_lammps(self.model, self.pos, self.cell, self.symbols, 1, REAL_TYPES, units="metal")
+        message = str(caught.exception)
+        print("\n" + [line for line in message.splitlines() if "ERROR" in line][0])
+        self.assertIn("uses 'real' units but this run uses 'units metal'", message)
 
 
 @unittest.skipUnless(os.environ.get("ML_TORCH_LMP") and os.environ.get("ML_TORCH_KK_LMP_RUN"),

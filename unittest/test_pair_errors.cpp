@@ -140,6 +140,18 @@ TEST_F(PairTorchErrors, HaloMode)
   EXPECT_ERROR("Illegal pair_style torch fold command: missing argument", "pair_style torch fold");
 }
 
+// pair_modify shift/tail would be silently ignored: refused with an ERROR
+TEST_F(PairTorchErrors, PairModifyShiftAndTailRefused)
+{
+  box();
+  const std::string lj = std::string(ML_TORCH_POTENTIALS_DIR) + "/lj_Ar.pt";
+  EXPECT_ERROR("Pair style torch does not support pair_modify shift yes", "pair_style torch",
+               "pair_coeff * * " + lj + " Ar", "pair_modify shift yes", "run 0 post no");
+  EXPECT_ERROR("Pair style torch does not support pair_modify tail yes", "pair_modify shift no",
+               "pair_modify tail yes", "run 0 post no");
+  EXPECT_EQ(error_of({"pair_modify tail no", "run 0 post no"}), "");
+}
+
 TEST_F(PairTorchErrors, DeviationKeywords)
 {
   box("metal");

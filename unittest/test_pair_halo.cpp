@@ -341,8 +341,8 @@ TEST_P(Committee, DeviationEqualsIndependentEvaluation)
     Lammps l;
     l.cmds(crystal("lattice diamond 5.431", 28.0855, false, 2));
     l.cmds({"pair_style torch committee " + mode, "pair_coeff * * " + files + "Si",
-            "compute dev all torch/deviation", "thermo_style custom step pe c_dev[*]",
-            "run 0 post no"});
+            "compute dev all torch/deviation", "compute pv all pressure NULL virial",
+            "thermo_style custom step pe c_pv c_dev[*]", "run 0 post no"});
     const auto dev = l.gather("c_dev", 2);
     const auto vec = l.compute_vector("dev", 10);
     const auto x = l.gather("x", 3);
@@ -424,6 +424,24 @@ TEST_P(Committee, DeviationEqualsIndependentEvaluation)
     const double df = max_rel_dev(f, mode == "mean" ? fmean : forces[0]);
     report(c.name + " " + mode + " MD forces vs reference", df);
     EXPECT_LE(df, 1e-10);
+    // the MD energy and pressure: the mean's with 'committee mean', the
+    // first member's otherwise (the members' energies differ by more than
+    // the tolerance, so a mean that reported member 0's would fail)
+    const double pe = l.thermo("pe");
+    const double e_want = mode == "mean" ? emean : etot[0];
+    EXPECT_GT(std::fabs(etot[0] - emean), 1e-6 * std::fabs(emean));
+    EXPECT_NEAR(pe, e_want, 1e-10 * std::fabs(e_want)) << c.name << " " << mode;
+    double w_want = 0.0;
+    for (int m = 0; m < nm; ++m)
+      if (mode == "mean" || m == 0) w_want += (wtot[9 * m] + wtot[9 * m + 4] + wtot[9 * m + 8]) /
+            (mode == "mean" ? nm : 1);
+    const double vol = (boxhi[0] - boxlo[0]) * (boxhi[1] - boxlo[1]) * (boxhi[2] - boxlo[2]);
+    // the virial pressure (no kinetic part): trace(W) / (3V), in bar
+    const double p_want = w_want / (3.0 * vol) * l.lmp->force->nktv2p;
+    const double pv = *static_cast<double *>(
+        lammps_extract_compute(l.lmp, "pv", LMP_STYLE_GLOBAL, LMP_TYPE_SCALAR));
+    EXPECT_NEAR(pv, p_want, 1e-9 * std::fabs(p_want)) << c.name << " " << mode;
+    report(c.name + " " + mode + " energy vs reference", std::fabs(pe - e_want) / std::fabs(e_want));
   }
 }
 

@@ -1,0 +1,259 @@
+#!/usr/bin/env python3
+"""The mutation check: does the test suite catch real defects?
+
+Applies a curated list of mutants (a sign flipped, a term dropped, a
+restore skipped, an exchange left out, an off-by-one in a pack, a unit
+constant changed, ...) one at a time to the checkout, rebuilds build/
+incrementally, runs the tests that should catch it (its "killer"), and
+restores the file. A mutant is killed when its killer fails (a non-zero
+exit, or its timeout: a hang is caught too); it survives when the killer
+passes. Writes the table to bench/mutants.md.
+
+  .venv/bin/python tools/mutants.py [--only NAME ...] [--list] [--report FILE]
+
+Not part of CI: every mutant rebuilds part of LAMMPS and runs real tests
+(about 1 to 3 minutes each on 2 cores; the whole list took the time the
+report gives). It edits the working tree in place, one file at a time, and
+puts every file back (also on Ctrl-C); do not edit the tree while it runs.
+
+Adding a mutant when adding a feature: append a Mutant(...) below with a
+unique `find` text of the new code, the defect as `replace`, and the
+narrowest test command that must fail; run `tools/mutants.py --only NAME`
+and see it killed before committing the feature.
+"""
+
+import argparse
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+
+root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+build = os.path.join(root, "build")
+py = os.path.join(root, ".venv", "bin", "python")
+ENV = dict(os.environ, OMP_NUM_THREADS="1", ML_TORCH_LMP=os.path.join(build, "lmp"),
+           ML_TORCH_MPIEXEC="mpirun", ML_TORCH_PYTHON_EXE=py,
+           LAMMPS_POTENTIALS=os.path.join(build, "lammps-potentials"))
+MPI = "mpirun --allow-run-as-root --oversubscribe"
+
+
+def gtest(binary, filt, np=1):
+    cmd = f"./unittest/{binary} --gtest_filter='{filt}'"
+    return f"{MPI} -np {np} {cmd}" if np > 1 else cmd
+
+
+@dataclasses.dataclass
+class Mutant:
+    name: str
+    file: str
+    find: str
+    replace: str
+    killer: str          # shell command, run in build/
+    what: str
+    timeout: int = 900
+
+
+M = Mutant
+MUTANTS = [
+    # --- the core: loss, gradient, training state -------------------------
+    M("loss_sign", "src/core/finetune.cpp", "t.de = (e - e_ref) / natoms;",
+      "t.de = (e_ref - e) / natoms;", gtest("test_core", "Loss.*"),
+      "energy residual with the wrong sign"),
+    M("loss_no_stress", "src/core/finetune.cpp", "+ wS * t.se_w / 6.0;", ";",
+      gtest("test_core", "Loss.*"), "stress term dropped from the loss"),
+    M("train_force_sign", "src/core/training_pass.cpp",
+      "forces = forces.index_add(0, edge_index[0], g).index_add(0, edge_index[1], -g);",
+      "forces = forces.index_add(0, edge_index[0], g).index_add(0, edge_index[1], g);",
+      gtest("test_core", "DistributedGradient.*"), "training-pass force on the neighbour with + sign"),
+    M("train_virial_sign", "src/core/training_pass.cpp",
+      "auto rg = -(r.unsqueeze(2) * g.unsqueeze(1)).sum(0);",
+      "auto rg = (r.unsqueeze(2) * g.unsqueeze(1)).sum(0);",
+      gtest("test_finetune", "Systems/Gradient.*"), "training-pass virial sign flipped"),
+    M("train_pass_not_closed", "src/core/training_pass.cpp",
+      "  set_params_require_grad(false);\n}", "}",
+      gtest("test_core", "TrainingErrors.*"), "a failed training pass leaves parameters requiring gradients"),
+    M("replay_residual_sign", "src/core/distributed.cpp",
+      "owned[n] = t.cf * (F[n] - r.fref[n]);", "owned[n] = t.cf * (r.fref[n] - F[n]);",
+      gtest("test_finetune", "Replay.*"), "replayed configuration's force residual with the wrong sign"),
+    M("agreed_exchange_off", "src/core/distributed.cpp",
+      "  const std::string f = first_failure(comm_, true, \"\");\n  if (!f.empty()) {",
+      "  const std::string f;\n  if (!f.empty()) {",
+      gtest("test_library_failures", "*Between*", 2), "exchanges of a training pass no longer agree first",
+      timeout=150),
+    M("restore_no_good_state", "src/core/distributed.cpp",
+      "  training->load_good(r.good_parameters, r.good_optimizer);\n  count = r;", "  count = r;",
+      gtest("test_finetune", "Restart.RollbackState*"), "restart forgets the last good parameters"),
+    M("restore_no_loss_average", "src/core/distributed.cpp",
+      "  policy.set_loss_average(r.loss_ema);", "",
+      gtest("test_finetune", "Restart.RollbackState*"), "restart forgets the loss average"),
+    M("rollback_restores_nothing", "src/core/training.cpp",
+      "  load_parameters(good_params);\n  load_optimizer_state(good_optimizer);", "",
+      gtest("test_finetune", "Decisions.*"), "a rollback restores nothing"),
+    M("restore_no_energy_shift", "src/core/distributed.cpp",
+      "    e.unpack(r.energy_shift.substr(at, static_cast<std::size_t>(n)));", "",
+      gtest("test_finetune_ipi", "IpiEnergyShift.Restart*"), "restart forgets the energy reference"),
+    M("record_no_energy_shift", "src/core/restart_record.cpp",
+      "  put_bytes(payload, r.energy_shift);    // version 4", "  put_bytes(payload, std::string());",
+      "./unittest/test_restart_record", "restart record drops the energy reference"),
+    M("energy_shift_minimum_norm_off", "src/core/finetune.cpp",
+      "torch::linalg_pinv(A, 1e-12, /*hermitian=*/true)", "torch::linalg_pinv(A, 0.5, /*hermitian=*/true)",
+      gtest("test_core", "EnergyShift.*"), "the shift fit drops well-determined directions"),
+    M("committee_population_std", "src/core/committee.cpp", "  out[0] = std::sqrt(w * vf);",
+      "  out[0] = std::sqrt(vf / (members - 1));",
+      gtest("test_core", "Committee.*"), "committee deviation with the sample (n-1) std"),
+    M("record_version_check", "src/core/restart_record.cpp",
+      "if (version != 3 && version != TrainingRecord::VERSION)", "if (false)",
+      "./unittest/test_restart_record", "restart record accepts unknown versions"),
+    M("provenance_key", "src/core/metadata.cpp", 'j["teacher"] = teacher;', 'j["teachr"] = teacher;',
+      gtest("test_core", "Metadata.*"), "provenance JSON loses its teacher key"),
+    M("gpu_map", "src/core/runtime.cpp", 'return "cuda:" + std::to_string(node_local_rank % ngpu);',
+      'return "cuda:" + std::to_string(node_local_rank % (ngpu + 1));',
+      gtest("test_core", "DeviceMapping.*"), "ranks mapped onto a GPU that does not exist"),
+    M("ipi_stale_socket", "src/core/ipi.cpp", "      ::unlink(path.c_str());\n      if (::bind(",
+      "      if (::bind(", gtest("test_finetune_ipi", "IpiFaults.Stale*"),
+      "a stale socket file is not removed"),
+    M("ipi_atom_count", "src/core/ipi.cpp", "  if (n != natoms)\n", "  if (false)\n",
+      gtest("test_finetune_ipi", "IpiFaults.WrongAtomCount"), "atom count of the reply not checked"),
+    M("first_failure_silent", "src/core/collectives.cpp",
+      "  MPI_Allreduce(&first_bad, &bad_rank, 1, MPI_INT, MPI_MIN, comm);\n  if (bad_rank == nprocs) return {};",
+      "  if (ok) return {};", gtest("test_library_failures", "LibraryFailures.OneRankFails", 2),
+      "a failure on one rank is not shared", timeout=150),
+    # --- the styles ------------------------------------------------------------
+    M("md_force_sign", "src/pair_torch_graph.cpp", "      fj[k] -= edge_grad[3 * e + k];",
+      "      fj[k] += edge_grad[3 * e + k];", gtest("test_pair_lammps", "*Native*"),
+      "MD force on the neighbour with + sign"),
+    M("fold_owner_lost", "src/pair_torch_graph.cpp",
+      "  for (int i = 0; i < nlocal; ++i) halo_buf[i] = static_cast<double>(i);", "",
+      gtest("test_pair_lammps", "*FoldedGhosts*"), "ghost owners not sent: folding silently off"),
+    M("halo_pack_off_by_one", "src/pair_torch_graph.cpp",
+      "  for (int n = 0; n < ncounted; ++n)\n    std::memcpy(halo_buf.data() + node2atom[n] * w, owned + n * w, sizeof(double) * w);",
+      "  for (int n = 0; n + 1 < ncounted; ++n)\n    std::memcpy(halo_buf.data() + node2atom[n] * w, owned + n * w, sizeof(double) * w);",
+      gtest("test_pair_lammps", "*HaloExchange*"), "the last owned atom's features not packed"),
+    M("thick_without_ghost_lists", "src/pair_torch.cpp", "  ghostneigh = (nlayers > 1 && !use_exchange) ? 1 : 0;",
+      "  ghostneigh = 0;", gtest("test_pair_lammps", "*HaloExchange*"),
+      "thick ghosts without ghost neighbour lists"),
+    M("reissue_ignored", "src/pair_torch.cpp", "    halo_settings_changed = true;", "",
+      gtest("test_pair_lammps", "ReissuedPairStyle.*"), "a re-issued halo/fold is ignored"),
+    M("pair_modify_ignored", "src/pair_torch.cpp", "  if (offset_flag || tail_flag)", "  if (false)",
+      gtest("test_pair_errors", "*PairModify*"), "pair_modify shift/tail silently ignored"),
+    M("committee_mean_energy", "src/pair_torch_committee.cpp", "    out.energy += w * member_out[m].energy;",
+      "    out.energy = member_out[0].energy;", gtest("test_pair_lammps", "*Committee*"),
+      "committee mean reports member 0's energy"),
+    M("fix_no_residual_to_ghosts", "src/fix_torch_finetune_step.cpp", "    copy_to_ghosts(COMM_RESID);\n    auto &weights",
+      "    auto &weights", gtest("test_finetune", "Systems/Gradient.*"),
+      "residual weights not copied to ghost images"),
+    M("fix_no_forces_to_owners", "src/fix_torch_finetune_step.cpp", "    sum_to_owners(COMM_FPART);", "",
+      gtest("test_finetune", "Systems/Gradient.*"), "partial forces not summed onto owners"),
+    M("hybrid_share_sign", "src/finetune_teacher.cpp", "fref[i][k] -= fothers[3 * i + k];",
+      "fref[i][k] += fothers[3 * i + k];", gtest("test_finetune", "*Hybrid*"),
+      "the other hybrid sub-styles' forces added, not removed"),
+    M("energy_shift_sign", "src/fix_torch_finetune_step.cpp", "if (comm->me == 0) e_ref_m -= shift.shift_of(counts);",
+      "if (comm->me == 0) e_ref_m += shift.shift_of(counts);",
+      gtest("test_finetune_ipi", "IpiEnergyShift.Constants*"), "energy reference added, not removed"),
+    M("rerun_silent", "src/fix_torch_finetune.cpp", 'strcmp(input->command, "rerun") == 0', "false",
+      gtest("test_finetune", "FinetuneErrors.Rerun*"), "rerun trains nothing without a warning"),
+    M("checksum_guard_blind", "src/finetune_replicas.cpp", "void FinetuneReplicas::checksum_guard(MLTorch::TrainingState &training, bigint nupdates)\n{",
+      "void FinetuneReplicas::checksum_guard(MLTorch::TrainingState &training, bigint nupdates)\n{\n  return;",
+      gtest("test_finetune", "ChecksumGuard.*", 2), "the replicas' parameter checksums never compared"),
+    # --- the i-PI teacher --------------------------------------------------------
+    M("ipi_hartree", "src/finetune_teacher_ipi.cpp", "kHartreeEv = 27.211386245988;",
+      "kHartreeEv = 27.21139;", gtest("test_finetune_ipi", "IpiAse.*"), "Hartree in eV off by 1.4e-7"),
+    M("ipi_bohr", "src/finetune_teacher_ipi.cpp", "kBohrAngstrom = 0.529177210903;",
+      "kBohrAngstrom = 0.52918;", gtest("test_finetune_ipi", "IpiAse.*"), "Bohr in Angstrom off by 5e-6"),
+    M("ipi_virial_lower", "src/finetune_teacher_ipi.cpp", "const int upper[6] = {0, 4, 8, 1, 2, 5};",
+      "const int upper[6] = {0, 4, 8, 3, 6, 7};", gtest("test_finetune_ipi", "*IpiLammps*triclinic_client_np1"),
+      "the virial read from the lower triangle (LAMMPS clients send the upper)"),
+    M("ipi_force_components", "src/finetune_teacher_ipi.cpp", "for (int k = 0; k < 3; ++k) fref[i][k] = labels[7 + 3 * t + k];",
+      "for (int k = 0; k < 3; ++k) fref[i][k] = labels[7 + 3 * t + (2 - k)];",
+      gtest("test_finetune_ipi", "IpiAse.*"), "x and z force components swapped in the scatter"),
+    M("ipi_finite_check", "src/finetune_teacher_ipi.cpp", "        if (!finite)\n", "        if (false)\n",
+      gtest("test_finetune_ipi", "IpiFaults.NonFinite*"), "non-finite labels accepted"),
+    M("ipi_tilt", "src/finetune_teacher_ipi.cpp", "domain->xy / bohr_, domain->xz / bohr_,", "0.0, 0.0,",
+      gtest("test_finetune_ipi", "*IpiLammps*triclinic_client_np1"), "a triclinic cell sent without its tilt"),
+    # --- the Python tooling ---------------------------------------------------------
+    M("py_allow_list", "potentials/mltorch/compiled.py",
+      "    if parts[0] != OWN_PACKAGE or len(parts) < 2 or not all(q.isidentifier() for q in parts):\n        raise",
+      "    if False:\n        raise", f"cd ../unittest && {py} test_python.py ModelFilesAreData",
+      "model-file metadata may name any class"),
+    M("py_small_bmm", "potentials/mltorch/compiled.py", "def unroll_small_bmm(gm, max_inner=8):",
+      "def unroll_small_bmm(gm, max_inner=2):",
+      f"cd ../unittest && {py} test_python.py SmallProducts", "small batched products not unrolled"),
+]
+
+
+def sh(cmd, timeout, cwd=build):
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, shell=True, cwd=cwd, env=ENV, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=timeout, start_new_session=True)
+        return p.returncode, time.time() - t0, p.stdout.decode(errors="replace")
+    except subprocess.TimeoutExpired as e:
+        return "timeout", time.time() - t0, (e.stdout or b"").decode(errors="replace")
+
+
+def run(mutants, report):
+    rows, t_all = [], time.time()
+    for m in mutants:
+        path = os.path.join(root, m.file)
+        original = open(path).read()
+        count = original.count(m.find)
+        if count != 1:
+            rows.append((m, f"stale ({count} matches of its text)", 0.0))
+            print(f"{m.name}: stale ({count} matches)", flush=True)
+            continue
+        try:
+            with open(path, "w") as f:
+                f.write(original.replace(m.find, m.replace))
+            if m.file.endswith(".py"):
+                rc_b = 0
+            else:
+                rc_b, tb, out = sh("cmake --build . -j 2", 1800)
+            if rc_b != 0:
+                result = "killed by the compiler"
+                t = 0.0
+            else:
+                rc, t, out = sh(m.killer, m.timeout)
+                result = "killed" if rc != 0 else "SURVIVED"
+                if rc == "timeout":
+                    result = "killed (timeout: a hang)"
+        finally:
+            with open(path, "w") as f:
+                f.write(original)
+        rows.append((m, result, t))
+        print(f"{m.name}: {result} ({t:.0f} s)", flush=True)
+    if any(not r[0].file.endswith(".py") for r in rows):
+        sh("cmake --build . -j 2", 1800)    # the original again
+    total = time.time() - t_all
+    killed = sum(1 for r in rows if r[1].startswith("killed"))
+    lines = [f"# Mutation check (tools/mutants.py), {time.strftime('%Y-%m-%d')}", "",
+             f"{killed} of {len(rows)} mutants killed; {total / 60:.0f} minutes on {os.cpu_count()} "
+             "cores (incremental rebuilds of build/ and the killers).", "",
+             "| mutant | file | defect | killer | result | killer time |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for m, result, t in rows:
+        lines.append(f"| {m.name} | `{m.file}` | {m.what} | `{m.killer.replace('|', '/')}` | {result} | {t:.0f} s |")
+    with open(report, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print(f"{killed} of {len(rows)} killed; report in {report}")
+    return killed == len(rows)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--only", nargs="+")
+    p.add_argument("--list", action="store_true")
+    p.add_argument("--report", default=os.path.join(root, "bench", "mutants.md"))
+    a = p.parse_args()
+    chosen = [m for m in MUTANTS if not a.only or m.name in a.only]
+    if a.list:
+        for m in chosen:
+            print(f"{m.name:32s} {m.file:40s} {m.what}")
+        return 0
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    return 0 if run(chosen, a.report) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
