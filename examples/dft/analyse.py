@@ -44,11 +44,11 @@ def frames(path):
                 lo.append(float(a))
                 hi.append(float(b))
             atoms = []
-            for line in lines[i + 6:i + 6 + n]:
+            for line in lines[i + 7:i + 7 + n]:
                 w = line.split()
                 atoms.append((int(w[0]), int(w[1]), float(w[2]), float(w[3]), float(w[4])))
             out.append((lo, hi, sorted(atoms)))
-            i += 6 + n
+            i += 7 + n
         else:
             i += 1
     return out
@@ -95,9 +95,9 @@ def frames_forces(path):
         if lines[i].startswith("ITEM: NUMBER OF ATOMS"):
             n = int(lines[i + 1])
             rows = sorted((int(w[0]), [float(v) for v in w[1:4]])
-                          for w in (line.split() for line in lines[i + 6:i + 6 + n]))
+                          for w in (line.split() for line in lines[i + 7:i + 7 + n]))
             out.append((None, None, np.array([r[1] for r in rows])))
-            i += 6 + n
+            i += 7 + n
         else:
             i += 1
     return out

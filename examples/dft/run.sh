@@ -58,7 +58,7 @@ wait "$server" || status=$?
 wait || true
 [ "$status" = 0 ] || { echo "ERROR: the fine-tuning run failed (log.dft.0, log.dft.1, cp2k.*.out)" >&2; exit 1; }
 train_wall=$(( $(date +%s) - start ))
-grep -h "^replica" log.dft
+grep -h "^replica" log.dft.0 log.dft.1
 
 # --- held-out configurations and the comparison
 # shellcheck disable=SC2086
