@@ -3,7 +3,7 @@
     mltorch-import sevenn NAME|CHECKPOINT -o FILE [--elements El ...]
                    [--dtype float32|float64] [--modality M]
     mltorch-import nequip CHECKPOINT|PACKAGE -o FILE [--elements El ...]
-                   [--dtype float32|float64]
+                   [--dtype float32|float64] [--units metal|real]
     mltorch-import mace MODEL -o FILE [--elements El ...]
                    [--dtype float32|float64] [--head H]
 
@@ -92,6 +92,7 @@ def agreement(scripted, meta, references, elements):
 
 
 CHECK_TOLERANCE = {"float64": 1e-10, "float32": 5e-4}
+ENERGY_UNIT = {"metal": "eV", "real": "kcal/mol"}
 
 
 def check_import(scripted, meta, references, elements):
@@ -157,6 +158,9 @@ def import_nequip(args):
     graph_model = nq.load_nequip(args.source, args.dtype)
     dtype = {torch.float32: "float32", torch.float64: "float64"}[graph_model.model_dtype]
     args.dtype = dtype
+    units, units_from, note = nq.model_units(graph_model, args.units)
+    if note:
+        print(f"mltorch-import: note: {note}", file=sys.stderr)
     model = nq.NequIPModel(graph_model, elements=args.elements).eval()
     model.script_blocks()
     framework = "nequip" if model.is_gnn else "nequip-allegro"
@@ -166,9 +170,9 @@ def import_nequip(args):
         version += f", nequip-allegro {installed('nequip-allegro')}"
     extra = {"imported": {"framework": framework, "framework_version": version,
                           "model": os.path.basename(args.source),
-                          "checkpoint_sha256": nq.sha256(args.source)}}
+                          "checkpoint_sha256": nq.sha256(args.source), "units_from": units_from}}
     meta = export(
-        model, args.output, cutoff=model.cutoff, elements=model.elements, units="metal",
+        model, args.output, cutoff=model.cutoff, elements=model.elements, units=units,
         dtype=dtype, num_interaction_layers=max(model.num_layers, 1),
         model_type="nequip" if model.is_gnn else "allegro", extra=extra,
         architecture={"path": os.path.abspath(args.source), "dtype": dtype,
@@ -215,6 +219,10 @@ def main(argv=None):
     n = sub.add_parser("nequip", help="a NequIP or Allegro model (nequip 0.19, nequip-allegro 0.8)")
     n.add_argument("source", help="a checkpoint of nequip-train (.ckpt) or a package of "
                                   "nequip-package (.nequip.zip)")
+    n.add_argument("--units", default=None,
+                   help="the LAMMPS units of the model's energies and lengths: metal (eV, "
+                        "Angstrom) or real (kcal/mol, Angstrom); default: those of the model's "
+                        "ZBL term, else metal (nequip records no other units)")
     m = sub.add_parser("mace", help="a MACE model (mace-torch 0.3; runs in .venv-mace)")
     m.add_argument("source", help="the model file mace_run_train writes (NAME.model)")
     m.add_argument("--head", default=None,
@@ -245,16 +253,17 @@ def main(argv=None):
         print(f"mltorch-import: {e}", file=sys.stderr)
         return 1
     print(f"wrote {args.output}: {args.framework} {meta['imported']['model']}, "
-          f"{len(meta['elements'])} elements, cutoff {meta['cutoff']:g} A, "
+          f"{len(meta['elements'])} elements, units {meta['units']}, cutoff {meta['cutoff']:g} A, "
           f"{meta['num_interaction_layers']} layers"
           + (f" (layered, exchanging {meta['layered']['feature_widths']} features)"
              if "layered" in meta else "") + f", {meta['dtype']}")
     if not args.no_check:
         d, failed, tol = check_import(torch.jit.load(args.output), meta, references, elements)
+        energy = ENERGY_UNIT.get(meta["units"], meta["units"] + " energy units")
         print(f"check against {args.framework}'s own model ({d['cells']} periodic triclinic "
               f"cell(s), {d['atoms']} atoms, every one of the {len(elements)} element(s)): "
-              f"energy {d['energy']:.2g} relative, per-atom energies {d['energies']:.2g} eV "
-              f"({d['energies_rel']:.2g} relative), forces {d['forces']:.2g} eV/A")
+              f"energy {d['energy']:.2g} relative, per-atom energies {d['energies']:.2g} {energy} "
+              f"({d['energies_rel']:.2g} relative), forces {d['forces']:.2g} {energy}/A")
         if failed:
             print(f"mltorch-import: {args.output} does not reproduce {args.framework}'s own model "
                   f"({', '.join(failed)}; tolerance {tol:g})", file=sys.stderr)

@@ -22,6 +22,12 @@ Conventions, each checked against MACE's own calculator (`reference()`):
   stages carry the running per-atom energy as one extra column.
 - float32 and float64 are MACE's own conversions (model.float() /
   model.double(), as MACECalculator does).
+- a pair repulsion (`pair_repulsion=True`: MACE's ZBLBasis, in MP-0b3,
+  MPA-0, OMAT-0) is MACE's own module on the edges of the first stage: half
+  of each edge's screened Coulomb energy (its polynomial envelope ends at
+  the sum of the two atoms' covalent radii) goes to the receiver, the centre;
+  MACE sums it with the readouts before the scale and shift, and so does the
+  wrapper, in the running energy column.
 
 MACE pins e3nn 0.4.4, which SevenNet's e3nn 0.6 excludes: tools/setup.sh
 installs it in a second environment, .venv-mace, that shares the project's
@@ -39,7 +45,7 @@ from typing import List, Optional
 
 # the modules of the MACE and ScaleShiftMACE models this wrapper runs
 LAYOUT = ("node_embedding", "radial_embedding", "spherical_harmonics", "atomic_energies_fn",
-          "interactions", "products", "readouts", "scale_shift")
+          "interactions", "products", "readouts", "scale_shift", "pair_repulsion_fn")
 
 
 def load_mace(path, dtype):
@@ -111,6 +117,14 @@ class MACEModel(nn.Module):
         self.interactions = m.interactions
         self.products = m.products
         self.readouts = m.readouts
+        # the ZBL pair repulsion: MACE's forward runs it where the model has the
+        # flag `pair_repulsion` (set with the module by pair_repulsion=True)
+        self.has_pair_repulsion = hasattr(m, "pair_repulsion_fn")
+        if self.has_pair_repulsion != hasattr(m, "pair_repulsion"):
+            raise ImportFailed(f"{path}: pair_repulsion_fn without the pair_repulsion flag "
+                               "(or the flag without the module): not a model MACE builds")
+        if self.has_pair_repulsion:
+            self.pair_repulsion_fn = m.pair_repulsion_fn
         if getattr(m, "scale_shift", None) is not None:
             self.scale_shift = m.scale_shift
         else:    # plain MACE: no scale and shift
@@ -193,7 +207,17 @@ class MACEModel(nn.Module):
         edge_attrs = self.spherical_harmonics(vectors)
         edge_feats, cutoff = self.radial_embedding(lengths, node_attrs, mace_edge_index,
                                                    self.atomic_numbers)
-        return mace_edge_index, edge_attrs, edge_feats, cutoff
+        return mace_edge_index, edge_attrs, edge_feats, cutoff, lengths
+
+    def _pair_energy(self, lengths: Tensor, node_attrs: Tensor, mace_edge_index: Tensor,
+                     n_out: int) -> Tensor:
+        """MACE's pair repulsion (ZBL) of nodes [0, n_out), zero without one: half of
+        every edge's energy on its receiver, as MACE's forward adds it to the readouts."""
+        e = torch.zeros(n_out, dtype=lengths.dtype, device=lengths.device)
+        if hasattr(self, "pair_repulsion_fn"):
+            e = self.pair_repulsion_fn(lengths, node_attrs, mace_edge_index,
+                                       self.atomic_numbers)[:n_out].to(lengths.dtype)
+        return e
 
     def _finish(self, e_inter: Tensor, node_attrs: Tensor) -> Tensor:
         e_inter = self.scale_shift(e_inter, self._heads(e_inter.size(0), e_inter.device))
@@ -226,9 +250,9 @@ class MACEModel(nn.Module):
                 n_local: int) -> Tensor:
         n = species.size(0)
         node_attrs = self._attrs(species, edge_vectors.dtype)
-        mei, ea, ef, cut = self._edges(edge_vectors, edge_index, node_attrs)
+        mei, ea, ef, cut, lengths = self._edges(edge_vectors, edge_index, node_attrs)
         h = self.node_embedding(node_attrs)
-        e_acc = torch.zeros(n, dtype=edge_vectors.dtype, device=edge_vectors.device)
+        e_acc = self._pair_energy(lengths, node_attrs, mei, n)
         for k in range(self.num_layers):
             h, e = self._layer(k, h, node_attrs, ea, ef, mei, cut, n)
             e_acc = e_acc + e
@@ -238,16 +262,19 @@ class MACEModel(nn.Module):
     def stage_embed(self, edge_vectors: Tensor, edge_index: Tensor, species: Tensor,
                     n_local: int) -> Tensor:
         node_attrs = self._attrs(species, edge_vectors.dtype)
-        mei, ea, ef, cut = self._edges(edge_vectors, edge_index, node_attrs)
+        mei, ea, ef, cut, lengths = self._edges(edge_vectors, edge_index, node_attrs)
         h, e = self._layer(0, self.node_embedding(node_attrs), node_attrs, ea, ef, mei, cut,
                            n_local)
+        # the first stage has the edges of every owned atom: the pair repulsion goes
+        # into the running energy here (MACE: summed with the readouts, then scaled)
+        e = e + self._pair_energy(lengths, node_attrs, mei, n_local)
         return torch.cat([h, e.unsqueeze(-1)], dim=-1)
 
     @torch.jit.export
     def stage_interaction(self, k: int, h: Tensor, edge_vectors: Tensor, edge_index: Tensor,
                           species: Tensor, n_local: int) -> Tensor:
         node_attrs = self._attrs(species, h.dtype)
-        mei, ea, ef, cut = self._edges(edge_vectors, edge_index, node_attrs)
+        mei, ea, ef, cut, _ = self._edges(edge_vectors, edge_index, node_attrs)
         h_new, e = self._layer(k + 1, h[:, :-1], node_attrs, ea, ef, mei, cut, n_local)
         return torch.cat([h_new, (h[:n_local, -1] + e).unsqueeze(-1)], dim=-1)
 

@@ -23,7 +23,12 @@ own ASE calculator (`reference()`):
   stage that has edges and carried to the readout as one extra feature
   column (the readout stage has no edges);
 - a .nequip.zip package brings its own copy of nequip's classes, so classes
-  are matched by name.
+  are matched by name;
+- nequip keeps no units with a model: a model's energies and lengths are
+  those of its training data. The one place it records them is a ZBL term,
+  built with nequip's LAMMPS unit style (`ZBL(units="metal" | "real")`,
+  its Coulomb constant in eV*A or kcal/mol*A): `model_units` takes the
+  units from there, else from the importer's --units, else metal.
 """
 
 import os
@@ -35,6 +40,63 @@ import torch
 from torch import Tensor, nn
 
 from .common import ImportFailed, default_dtype, quiet, sha256  # noqa: F401 (re-exported)
+
+
+# LAMMPS unit styles a nequip model can be imported in: its energies and lengths
+UNITS = {"metal": "eV and Angstrom", "real": "kcal/mol and Angstrom"}
+# nequip's ZBL keeps e^2/(4 pi eps0) of its `units` (halved: half the energy on
+# each of ij, ji) in the buffer _qqr2exesquare (nequip.nn.pair_potential.ZBL)
+ZBL_COULOMB = {"metal": 14.399645, "real": 332.06371}
+
+
+def recorded_units(graph_model):
+    """The units nequip recorded in `graph_model` (a GraphModel, also of a
+    package): those of its ZBL term(s), from their Coulomb constant; None for
+    a model without one (nequip records no units then)."""
+    found = set()
+    for name, mod in graph_model.named_modules():
+        if type(mod).__name__ != "ZBL":
+            continue
+        c = getattr(mod, "_qqr2exesquare", None)
+        if c is None:
+            raise ImportFailed(f"nequip's ZBL term {name} has no Coulomb constant "
+                               "(_qqr2exesquare): not a ZBL of nequip 0.19")
+        value = 2.0 * float(c)
+        units = [u for u, k in ZBL_COULOMB.items() if abs(value - k) <= 1e-6 * k]
+        if not units:
+            raise ImportFailed(f"nequip's ZBL term {name} has the Coulomb constant {value:.8g}, "
+                               f"that of none of the unit styles {', '.join(ZBL_COULOMB)} "
+                               f"({', '.join(f'{k:g}' for k in ZBL_COULOMB.values())})")
+        found.add(units[0])
+    if len(found) > 1:
+        raise ImportFailed(f"the model's ZBL terms are in different units ({', '.join(sorted(found))})")
+    return found.pop() if found else None
+
+
+def model_units(graph_model, given=None):
+    """The LAMMPS unit style of the imported file and where it comes from:
+    the model's ZBL term (nequip's `units`), else `given` (--units), else
+    "metal" (eV, Angstrom: nequip's ASE calculator's default), with a note.
+    -> (units, source, note or None). A `given` other than metal or real, or
+    one that contradicts the ZBL term, is refused."""
+    if given is not None and given not in UNITS:
+        raise ImportFailed(f"--units {given}: a nequip model is imported in LAMMPS units metal "
+                           f"(its energies in eV, lengths in Angstrom) or real (kcal/mol, "
+                           f"Angstrom); a model trained in other units is not supported")
+    recorded = recorded_units(graph_model)
+    if recorded is not None:
+        if given is not None and given != recorded:
+            raise ImportFailed(
+                f"--units {given}: the model's ZBL term was built with units {recorded!r} "
+                f"(its energies in {UNITS[recorded].replace(' and ', ', lengths in ')}), so the "
+                f"model is a {recorded} model: import it with --units {recorded} or without --units")
+        return recorded, f"the model's ZBL term (units {recorded!r})", None
+    if given is not None:
+        return given, "--units", None
+    return "metal", "assumed", (
+        "nequip records no units with a model that has no ZBL term: its energies and lengths "
+        "are those of its training data; taken as metal (eV, Angstrom), as nequip's ASE "
+        "calculator takes them. A model trained on kcal/mol and Angstrom needs --units real")
 
 
 def model_dtype_of(path):
@@ -295,9 +357,11 @@ class NequIPModel(nn.Module):
 
 
 def reference(atoms, path, dtype=None):
-    """nequip's own energy, forces, stress (eV/A^3, ASE's sign and Voigt order)
-    and per-atom energies for ASE `atoms`, by NequIPCalculator on the model
-    loaded as the importer loads it (in `dtype`, or the model's own)."""
+    """nequip's own energy, forces, stress (ASE's sign and Voigt order) and
+    per-atom energies for ASE `atoms`, by NequIPCalculator on the model
+    loaded as the importer loads it (in `dtype`, or the model's own). In the
+    model's own units (the calculator's conversion factors are left at 1):
+    eV and eV/A^3 for a metal model, kcal/mol and kcal/mol/A^3 for a real one."""
     return references([atoms], path, dtype)[0]
 
 
