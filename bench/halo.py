@@ -29,7 +29,6 @@ MODELS = {"si_mp2 (2 layers)": os.path.join(ROOT, "potentials", "si_mp2.pt"),
           "si_mp4 (4 layers)": os.path.join(ROOT, "unittest", "models", "si_mp4_layered.pt")}
 
 INPUT = """units metal
-atom_modify map array
 lattice diamond 5.431
 region box block 0 {n} 0 {n} 0 {n}
 create_box 1 box

@@ -63,7 +63,6 @@ c.main(["--mode", "torchscript", "--device", "cpu", sys.argv[1], sys.argv[2]])
 # type 1 Si on the fcc sites of the diamond basis, type 2 C on the others
 INPUT = """units metal
 newton {newton}
-atom_modify map array
 lattice diamond 4.36
 region box block 0 {n} 0 {n} 0 {n}
 create_box 2 box

@@ -37,7 +37,6 @@ VENV = os.path.join(ROOT, ".venv", "bin")
 
 
 INPUT = """units metal
-atom_modify map array
 lattice diamond 5.431
 region box block 0 {n} 0 {n} 0 {n}
 create_box 1 box
