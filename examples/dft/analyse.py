@@ -108,18 +108,13 @@ def rmse(a, b):
 
 
 def log_numbers(path):
-    """thermo rows (step, f_ft[3], f_ft[7]), the teacher's end-of-run line"""
+    """the fix's update lines (update, F_rmse over both replicas' labels, the
+    fitted energy shift) and the teacher's end-of-run line"""
     rows, summary = [], None
-    cols = None
     for line in open(path):
-        w = line.split()
-        if w[:2] == ["Step", "Temp"]:
-            cols = w
-            continue
-        if cols and len(w) == len(cols) and w[0].isdigit():
-            rows.append((int(w[0]), float(w[cols.index("f_ft[3]")]), float(w[cols.index("f_ft[7]")])))
-        elif cols and not (w and w[0].isdigit()):
-            cols = None
+        m = re.match(r"fix torch/finetune: step (\d+) update (\d+) .* F_rmse (\S+) .*energy shift Si (\S+)", line)
+        if m:
+            rows.append((int(m.group(2)), float(m.group(3)), float(m.group(4))))
         m = re.search(r"teacher ipi on \S+: (\d+) labels, (\S+) s in the client, (\S+) s on the server", line)
         if m:
             summary = (int(m.group(1)), float(m.group(2)), float(m.group(3)))
@@ -187,6 +182,11 @@ def main():
         calls = s[0] if s else 0
         per = s[1] / s[0] if s and s[0] else float("nan")
         print(f"| {TEMPS[rep]} K | {n} | {fr:.3f} eV/A | {b:.4f} eV/A | {af:.4f} eV/A | {calls} | {per:.2f} |")
+    if logs[0][0]:
+        first, last = logs[0][0][0], logs[0][0][-1]
+        print(f"\nforce RMSE on the labels before each update: {first[1]:.3f} eV/A at update {first[0]}, "
+              f"{last[1]:.3f} at update {last[0]}; fitted energy shift {last[2]:.4f} eV per Si atom "
+              "(CP2K's energy zero against SevenNet-0's)")
     if loop:
         s = logs[0][1]
         per = s[1] / s[0] if s and s[0] else float("nan")
@@ -198,14 +198,17 @@ def main():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-        for rep in (0, 1):
-            rows = logs[rep][0]
-            upd = [r[2] for r in rows if r[2] > 0]
-            err = [r[1] for r in rows if r[2] > 0]
-            ax1.plot(upd, err, label=f"replica at {TEMPS[rep]} K")
+        rows = logs[0][0]
+        upd = np.array([r[0] for r in rows])
+        err = np.array([r[1] for r in rows])
+        ax1.plot(upd, err, ".", alpha=0.5, label="each update (both replicas' labels, before it)")
+        k = min(10, len(err))
+        if k > 1:
+            ax1.plot(upd[k - 1:], np.convolve(err, np.ones(k) / k, mode="valid"), "-",
+                     label=f"mean of the last {k}")
         ax1.set_xlabel("updates")
-        ax1.set_ylabel("force RMSE vs CP2K, last labels (eV/A)")
-        ax1.set_title("fine-tuning (both replicas' labels)")
+        ax1.set_ylabel("force RMSE vs CP2K (eV/A)")
+        ax1.set_title("fine-tuning SevenNet-0 on CP2K labels")
         ax1.legend()
         x = np.arange(2)
         ax2.bar(x - 0.2, [result[r][1] for r in (0, 1)], 0.4, label="SevenNet-0")
