@@ -4,6 +4,7 @@
 ------------------------------------------------------------------------- */
 
 #include "mltorch/committee.h"
+#include "mltorch/layered.h"
 #include "mltorch/model.h"
 #include "mltorch/training.h"
 #include "core_fixtures.h"
@@ -58,6 +59,10 @@ TEST(Metadata, ContentHash)
   EXPECT_EQ(MLTorch::content_hash(bytes).size(), 16u);
   EXPECT_NE(MLTorch::content_hash(bytes), MLTorch::content_hash(bytes + "x"));
   EXPECT_EQ(MLTorch::content_hash(""), "cbf29ce484222325");    // FNV-1a offset basis
+  // known FNV-1a 64 values (computed independently), so that a hash compared
+  // only with itself cannot pass
+  EXPECT_EQ(MLTorch::content_hash("a"), "af63dc4c8601ec8c");
+  EXPECT_EQ(MLTorch::content_hash("ML-TORCH"), "5aad0319740a9b27");
 }
 
 /* ----------------------------------------------------------------------
@@ -495,31 +500,43 @@ TEST(LayeredModel, ExchangeEqualsThickGhosts)
 }
 
 /* ----------------------------------------------------------------------
-   the exchange operator: X^T is the adjoint of X, and the backward of each
-   is the other (so derivatives of any order go through)
+   the production exchange operator (MLTorch::halo_exchange_op, what
+   run_layered uses): its backward is the reverse exchange X^T, and the
+   backward of that is X again, so that the double backward of a training
+   pass is exact. Checked against the exchange's own forward/reverse (this
+   test's OwnerHalo, itself checked to be an adjoint pair)
 ------------------------------------------------------------------------- */
 
-TEST(LayeredModel, ExchangeAndReverseAreAdjoint)
+TEST(LayeredModel, ExchangeOperatorBackwardIsTheReverse)
 {
   const Config c = lattice(diamond, 5.431, 1, 0.1, 3);
   const Domain d = whole_cell(c, 4.0);
   OwnerHalo halo(d);
-  auto m = load(potentials + "/si_mp2.pt");
-  // <X u, v> = <u, X^T v> for random u (owned rows) and v (all rows)
   std::mt19937 gen(1);
   std::normal_distribution<double> z(0.0, 1.0);
-  const int w = 5;
-  const std::size_t nn = d.node_atom.size(), nl = d.n_local;
-  std::vector<double> u(nl * w), v(nn * w), xu(nn * w), xtv(nl * w);
-  for (auto &a : u) a = z(gen);
-  for (auto &a : v) a = z(gen);
-  halo.forward(u.data(), xu.data(), w);
-  halo.reverse(v.data(), xtv.data(), w);
-  double lhs = 0.0, rhs = 0.0;
-  for (std::size_t k = 0; k < xu.size(); ++k) lhs += xu[k] * v[k];
-  for (std::size_t k = 0; k < u.size(); ++k) rhs += u[k] * xtv[k];
-  EXPECT_NEAR(lhs, rhs, 1e-12 * std::fabs(rhs));
-  EXPECT_GT(nn, nl);
+  const int64_t w = 5;
+  const int64_t nn = static_cast<int64_t>(d.node_atom.size()), nl = d.n_local;
+  ASSERT_GT(nn, nl);
+  auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  auto u = torch::randn({nl, w}, opts).requires_grad_(true);
+  auto v = torch::randn({nn, w}, opts).requires_grad_(true);
+  auto q = torch::randn({nl, w}, opts);
+
+  // the helper pair is adjoint: <X u, v> = <u, X^T v>
+  auto xu = MLTorch::halo_exchange_rows(u.detach(), &halo, nn, true, true);
+  auto xtv = MLTorch::halo_exchange_rows(v.detach(), &halo, nl, false, true);
+  EXPECT_NEAR((xu * v.detach()).sum().item<double>(), (u.detach() * xtv).sum().item<double>(),
+              1e-12 * std::fabs((u.detach() * xtv).sum().item<double>()));
+
+  // first derivative: d<X u, v>/du = X^T v, exactly what the reverse exchange gives
+  auto y = MLTorch::halo_exchange_op(u, &halo, nn, true);
+  EXPECT_EQ(torch::max(torch::abs(y - xu)).item<double>(), 0.0);
+  auto g = torch::autograd::grad({(y * v).sum()}, {u}, {}, true, true)[0];
+  EXPECT_EQ(torch::max(torch::abs(g - xtv)).item<double>(), 0.0) << "backward is not X^T";
+  // second derivative through the backward: d<X^T v, q>/dv = X q
+  auto h = torch::autograd::grad({(g * q).sum()}, {v}, {}, false, false)[0];
+  auto xq = MLTorch::halo_exchange_rows(q, &halo, nn, true, true);
+  EXPECT_EQ(torch::max(torch::abs(h - xq)).item<double>(), 0.0) << "double backward is not X";
 }
 
 TEST(TrainingErrors, WrongNumberOfForceWeights)

@@ -92,6 +92,12 @@ torch::Tensor halo_exchange_rows(const torch::Tensor &in, HaloExchange *halo, in
   return exchange(in, halo, rows_out, forward, host_buffers);
 }
 
+torch::Tensor halo_exchange_op(const torch::Tensor &owned, HaloExchange *halo, int64_t n_nodes,
+                               bool host_buffers)
+{
+  return HaloForwardOp::apply(owned, reinterpret_cast<int64_t>(halo), n_nodes, host_buffers);
+}
+
 
 torch::Tensor run_layered(torch::jit::Module &module, const Metadata &meta,
                           const torch::Tensor &edge_vec, const torch::Tensor &edge_index,
@@ -121,7 +127,7 @@ torch::Tensor run_layered(torch::jit::Module &module, const Metadata &meta,
   auto h = call("stage_embed", {edge_vec, edge_index, species, n_local});
   expect(h, "stage_embed()", nlayers > 0 ? meta.feature_widths[0] : 0);
   for (int k = 0; k < nlayers; ++k) {
-    auto all = HaloForwardOp::apply(h + anchor, reinterpret_cast<int64_t>(halo), n_nodes, host_buffers);
+    auto all = halo_exchange_op(h + anchor, halo, n_nodes, host_buffers);
     h = call("stage_interaction", {int64_t(k), all, edge_vec, edge_index, species, n_local});
     expect(h, "stage_interaction(" + std::to_string(k) + ")", k + 1 < nlayers ? meta.feature_widths[k + 1] : 0);
   }

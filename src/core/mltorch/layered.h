@@ -30,6 +30,11 @@ torch::Tensor run_layered(torch::jit::Module &module, const Metadata &meta,
                           const torch::Tensor &species, int64_t n_local, HaloExchange *halo,
                           bool host_buffers, const torch::Tensor &anchor, const std::string &source);
 
+// The exchange X as the autograd operator run_layered() uses (its backward
+// is X^T, whose backward is X): owned rows [n_local][w] -> all rows [n_nodes][w]
+torch::Tensor halo_exchange_op(const torch::Tensor &owned, HaloExchange *halo, int64_t n_nodes,
+                               bool host_buffers);
+
 // The exchange without autograd (X when `forward`, else X^T): the compiled
 // stages of a layered package chain their backward pass by hand with it.
 torch::Tensor halo_exchange_rows(const torch::Tensor &in, HaloExchange *halo, int64_t rows_out,
