@@ -49,6 +49,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#if defined(__GLIBC__)
+#include <malloc.h>    // malloc_usable_size
+#endif
 #include <exception>
 #include <iterator>
 #include <limits>
@@ -456,9 +459,17 @@ void FixTorchFinetune::write_restart(FILE *fp)
 void FixTorchFinetune::restart(char *buf)
 {
   // LAMMPS gives a fix's restart() no size: the record's own frame gives it
+  // (versions >= 3). The unframed versions 1 and 2 are read within a bound:
+  // the size of the block LAMMPS allocated for the record (new char[n],
+  // whose usable size the C library knows), so that a damaged length in an
+  // old record cannot make the reader pass the block
+  std::size_t bound = max_restart_bytes;
+#if defined(__GLIBC__)
+  bound = std::min(bound, static_cast<std::size_t>(malloc_usable_size(buf)));
+#endif
   MLTorch::TrainingRecord r;
   try {
-    r = MLTorch::unpack_record(buf, MLTorch::record_size(buf, max_restart_bytes),
+    r = MLTorch::unpack_record(buf, MLTorch::record_size(buf, bound),
                               MLTorch::DistributedTrainer::NSTATS);
   } catch (MLTorch::RecordError &e) {
     error->all(FLERR, "Fix torch/finetune: cannot read its restart record: {}", e.what());

@@ -198,6 +198,17 @@ TEST_F(FinetuneErrors, DamagedAndOldRestartRecords)
   old.append(reinterpret_cast<const char *>(&size2), 4);
   old += v2;
   old += good.substr(at + 36 + n);
+  // a version 2 record whose first length claims more than the record
+  // holds (but far less than 2 GB): refused, nothing read past the block
+  // LAMMPS allocated for it
+  {
+    std::string bad = old;
+    const std::size_t len_at = at + 4;    // int32 version, then the model hash's int64 length
+    const int64_t claim = static_cast<int64_t>(payload.size()) + 4096;
+    std::memcpy(bad.data() + len_at, &claim, 8);
+    cmds = reread(bad);
+    EXPECT_ERROR("the restart record's model hash claims", cmds[0], cmds[1], cmds[2], cmds[3]);
+  }
   cmds = reread(old);
   l->cmds(cmds);
   EXPECT_EQ(l->fix()->updates(), updates);
