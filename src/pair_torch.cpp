@@ -434,6 +434,9 @@ void PairTorch::init_style()
                       "keyword or set it to no",
                offset_flag ? "shift yes" : "tail yes");
 
+  // LAMMPS's init() restarts the neighbor build count: the ghost owners of
+  // a fold are found again on the first build of this run
+  owners_built = -1;
   if (halo_settings_changed) {
     derive_halo_mode();
     log_halo_mode();

@@ -127,7 +127,8 @@ bool PairTorch::fold_possible() const
    the global atom state as it was, and is what forward communication
    already does each step for the layer features. Local indices change only
    when LAMMPS reneighbours (sorting, exchange), so the result is kept until
-   the next neighbour list build.
+   the next neighbour list build of this run (init_style() forgets it:
+   LAMMPS counts the builds from zero again in every run).
 ------------------------------------------------------------------------- */
 
 void PairTorch::find_ghost_owners()

@@ -133,6 +133,8 @@ MUTANTS = [
     M("fold_owner_lost", "src/pair_torch_graph.cpp",
       "  for (int i = 0; i < nlocal; ++i) halo_buf[i] = static_cast<double>(i);", "",
       gtest("test_pair_lammps", "*FoldedGhosts*"), "ghost owners not sent: folding silently off"),
+    M("fold_owners_kept_across_runs", "src/pair_torch.cpp", "  owners_built = -1;\n", "",
+      gtest("test_pair_lammps", "FoldAcrossRuns.*"), "ghost owners of the last run reused in the next"),
     M("halo_pack_off_by_one", "src/pair_torch_graph.cpp",
       "  for (int n = 0; n < ncounted; ++n)\n    std::memcpy(halo_buf.data() + node2atom[n] * w, owned + n * w, sizeof(double) * w);",
       "  for (int n = 0; n + 1 < ncounted; ++n)\n    std::memcpy(halo_buf.data() + node2atom[n] * w, owned + n * w, sizeof(double) * w);",

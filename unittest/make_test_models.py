@@ -100,6 +100,23 @@ def fails_second_layer_near_xe():
     return FailsSecondLayerNearXe(cutoff=6.0, n_species=2, num_layers=3).double()
 
 
+def linear_messages_si():
+    """A 3-layer layered MPNet for Si whose interaction updates are linear
+    (no activation): the second derivatives of its messages in the features
+    vanish, so the double backward of a training pass has fewer paths
+    through the exchanges; with an empty rank (slab) every rank must still
+    take part in every exchange in the same order (issue: suspected hang)."""
+    from mltorch.models import MPNet
+
+    torch.manual_seed(91)
+    m = MPNet(cutoff=4.0, n_species=1, num_layers=3).double()
+    m.updates = nn.ModuleList([nn.Linear(24, 24).double() for _ in range(2)])
+    with torch.no_grad():
+        for p in m.parameters():
+            p.mul_(0.3)
+    return m
+
+
 class WrongShape(nn.Module):
     """Per-atom energies as a [N, 2] tensor."""
 
@@ -189,6 +206,10 @@ def main(out):
     export(fails_second_layer_near_xe(), os.path.join(out, "fails_layer2_near_Xe.pt"), cutoff=6.0,
            elements=["Ar", "Xe"], units="metal", num_interaction_layers=3, check=False,
            model_type="layered MPNet-3 that raises between two exchanges of a training pass near Xe")
+
+    export(linear_messages_si(), os.path.join(out, "si_mp3_linear.pt"), cutoff=4.0, elements=["Si"],
+           units="metal", num_interaction_layers=3, check=False,
+           model_type="layered MPNet-3 with linear interaction updates (empty-rank exchange order tests)")
 
     # second members for committee tests: si_mp2 and si_local with every
     # parameter scaled by (1 + 0.05 N(0,1)), fixed seed

@@ -159,6 +159,38 @@ INSTANTIATE_TEST_SUITE_P(Layered, FoldedGhosts,
                          [](const auto &info) { return info.param.name; });
 
 /* ----------------------------------------------------------------------
+   folding across runs: LAMMPS counts neighbour list builds from zero in
+   every run, so ghost owners found in one run must not be taken for the
+   next; atoms moved between runs (displace_atoms: new owners, sorting)
+   give the numbers of the exchange (fold no)
+------------------------------------------------------------------------- */
+
+TEST(FoldAcrossRuns, DisplacedAtomsGetTheirOwners)
+{
+  std::vector<double> f[2];
+  double pe[2];
+  for (int fold = 0; fold < 2; ++fold) {
+    Lammps l;
+    auto setup = crystal("lattice diamond 5.431", 28.0855, false, 2);
+    setup.erase(std::remove(setup.begin(), setup.end(), std::string("atom_modify map array")),
+                setup.end());
+    l.cmds(setup);
+    l.cmds({"displace_atoms all random 0.1 0.1 0.1 77 units box",
+            fold ? "pair_style torch" : "pair_style torch fold no", "pair_coeff * * " + mp2 + " Si",
+            "thermo_modify format float %.17g", "run 0 post no",
+            "displace_atoms all move 5.4 5.4 0 units box", "run 0 post no"});
+    f[fold] = l.gather("f", 3);
+    pe[fold] = l.thermo("pe");
+  }
+  const double df = max_rel_dev(f[1], f[0]);
+  if (me == 0)
+    std::printf("[ folded   ] after displace_atoms between runs, %d rank(s): forces folded vs exchange "
+                "%.2e, pe %.2e\n", nprocs, df, std::fabs(pe[1] - pe[0]) / std::fabs(pe[0]));
+  EXPECT_LE(df, 1e-12);
+  EXPECT_NEAR(pe[1], pe[0], 1e-12 * std::fabs(pe[0]));
+}
+
+/* ----------------------------------------------------------------------
    a re-issued pair_style torch after a run takes effect in the next run:
    'halo thick' makes ghost neighbour lists and thick ghosts (more graph
    nodes), 'fold no' keeps the exchange's ghost nodes on one rank, and

@@ -115,7 +115,7 @@ if grep -q "^replica 0 at 600 K: 4 updates" "dft.$dft.out"; then
 else
   fail "dft_teacher: no summary line"
 fi
-S sh -c "ls /tmp/ipi_mltorch_${dft}_*" >/dev/null 2>&1 && fail "dft_teacher: socket files left" \
+S sh -c "ls /tmp/ipi_mltorch_${dft}*" >/dev/null 2>&1 && fail "dft_teacher: socket files left" \
   || ok "dft_teacher: socket files removed"
 
 # --- md
