@@ -115,8 +115,10 @@ if grep -q "^replica 0 at 600 K: 4 updates" "dft.$dft.out"; then
 else
   fail "dft_teacher: no summary line"
 fi
-S sh -c "ls /tmp/ipi_mltorch_${dft}*" >/dev/null 2>&1 && fail "dft_teacher: socket files left" \
-  || ok "dft_teacher: socket files removed"
+sock=$(sed -n 's/^i-PI sockets: \(\S*\) .*/\1/p' "dft.$dft.out")
+[ -n "$sock" ] || fail "dft_teacher: no socket name in its output"
+S sh -c "ls ${sock}*" >/dev/null 2>&1 && fail "dft_teacher: socket files left ($sock)" \
+  || ok "dft_teacher: socket files removed ($sock)"
 
 # --- md
 expect_state "$md" COMPLETED "md.sbatch"
