@@ -142,7 +142,7 @@ MUTANTS = [
     M("thick_without_ghost_lists", "src/pair_torch.cpp", "  ghostneigh = (nlayers > 1 && !use_exchange) ? 1 : 0;",
       "  ghostneigh = 0;", gtest("test_pair_lammps", "*HaloExchange*"),
       "thick ghosts without ghost neighbour lists"),
-    M("reissue_ignored", "src/pair_torch.cpp", "    halo_settings_changed = true;", "",
+    M("reissue_ignored", "src/pair_torch.cpp", "    halo_settings_changed = true;", "    ;",
       gtest("test_pair_lammps", "ReissuedPairStyle.*"), "a re-issued halo/fold is ignored"),
     M("pair_modify_ignored", "src/pair_torch.cpp", "  if (offset_flag || tail_flag)", "  if (false)",
       gtest("test_pair_errors", "*PairModify*"), "pair_modify shift/tail silently ignored"),
@@ -203,7 +203,18 @@ def sh(cmd, timeout, cwd=build):
 
 def run(mutants, report):
     rows, t_all = [], time.time()
+    # every killer must pass on the unmutated tree, or a failure would prove nothing
+    baseline = {}
     for m in mutants:
+        if m.killer not in baseline:
+            rc, t, out = sh(m.killer, m.timeout)
+            baseline[m.killer] = rc
+            if rc != 0:
+                print(f"killer of {m.name} fails on the original tree ({rc}): {m.killer}", flush=True)
+    for m in mutants:
+        if baseline[m.killer] != 0:
+            rows.append((m, "invalid: its killer fails on the original tree", 0.0))
+            continue
         path = os.path.join(root, m.file)
         original = open(path).read()
         count = original.count(m.find)
