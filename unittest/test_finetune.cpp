@@ -63,7 +63,7 @@ TEST_P(Gradient, EqualsOneRank)
               "relative deviation %.3g\n",
               c.name.c_str(), nprocs, loss_n, loss_1, scale, dev);
   EXPECT_GT(scale, 1e-3);
-  EXPECT_LE(dev, 1e-10);
+  EXPECT_LE(dev, 1e-12);    // the doc's 1e-12 (measured up to 4.3e-13, triclinic on 4 ranks)
   EXPECT_NEAR(loss_n, loss_1, 1e-12 * std::fabs(loss_1));
 }
 
@@ -133,7 +133,7 @@ TEST_P(Gradient, MatchesIndependentReference)
   std::printf("[ gradient ] %s vs brute-force reference: max relative deviation %.3g\n",
               c.name.c_str(), dev);
   EXPECT_GT(max_abs(g_ref), 1e-3);
-  EXPECT_LE(dev, 1e-10);
+  EXPECT_LE(dev, 1e-12);
 }
 
 /* ----------------------------------------------------------------------
@@ -162,7 +162,7 @@ TEST_P(Gradient, ReplayAfterMigrationIsExact)
   if (me == 0)
     std::printf("[ replay ] %s on %d rank(s): replayed + translated vs fresh gradient %.3g\n",
                 c.name.c_str(), nprocs, dev);
-  EXPECT_LE(dev, 1e-10);
+  EXPECT_LE(dev, 1e-12);
 }
 
 /* ----------------------------------------------------------------------

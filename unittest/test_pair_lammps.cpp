@@ -14,7 +14,10 @@ TEST_P(NativeComparison, MatchesNativeStyle)
   const System &sys = GetParam();
   const auto native = simulate(sys, false, 20);
   const auto torch = simulate(sys, true, 20);
-  const double tol = 1e-10;
+  // a compiled package against its TorchScript model: the doc's 1e-12
+  // (measured up to 5e-13, sic_local's forces); native styles 1e-10
+  const bool is_compiled = sys.name.rfind("compiled-", 0) == 0;
+  const double tol = is_compiled ? 1e-12 : 1e-10;
   for (int k = 0; k < 2; k++) {
     const auto &a = torch[k], &b = native[k];
     const std::string tag = sys.name + (k == 0 ? " run0" : " run20");
