@@ -246,18 +246,31 @@ def run(mutants, report):
     if any(not r[0].file.endswith(".py") for r in rows):
         sh("cmake --build . -j 2", 1800)    # the original again
     total = time.time() - t_all
-    killed = sum(1 for r in rows if r[1].startswith("killed"))
+    # the report keeps the rows of mutants not run this time (a partial run
+    # with --only updates its rows), in the order of the list
+    fresh = {m.name: f"| {m.name} | `{m.file}` | {m.what} | `{m.killer.replace('|', '/')}` "
+                     f"| {result} | {t:.0f} s |" for m, result, t in rows}
+    kept = {}
+    if os.path.exists(report):
+        for line in open(report):
+            cells = [c.strip() for c in line.split("|")]
+            if len(cells) > 6 and cells[1] in {m.name for m in MUTANTS}:
+                kept[cells[1]] = line.rstrip("\n")
+    kept.update(fresh)
+    table = [kept[m.name] for m in MUTANTS if m.name in kept]
+    results = [line.split("|")[5].strip() for line in table]
+    killed = sum(1 for r in results if r.startswith("killed"))
     lines = [f"# Mutation check (tools/mutants.py), {time.strftime('%Y-%m-%d')}", "",
-             f"{killed} of {len(rows)} mutants killed; {total / 60:.0f} minutes on {os.cpu_count()} "
-             "cores (incremental rebuilds of build/ and the killers).", "",
+             f"{killed} of {len(table)} mutants killed ({len(MUTANTS)} in the list); the last "
+             f"run took {total / 60:.0f} minutes on {os.cpu_count()} cores (incremental rebuilds "
+             "of build/ and the killers).", "",
              "| mutant | file | defect | killer | result | killer time |",
-             "| --- | --- | --- | --- | --- | --- |"]
-    for m, result, t in rows:
-        lines.append(f"| {m.name} | `{m.file}` | {m.what} | `{m.killer.replace('|', '/')}` | {result} | {t:.0f} s |")
+             "| --- | --- | --- | --- | --- | --- |"] + table
     with open(report, "w") as f:
         f.write("\n".join(lines) + "\n")
-    print(f"{killed} of {len(rows)} killed; report in {report}")
-    return killed == len(rows)
+    this_run = sum(1 for r in rows if r[1].startswith("killed"))
+    print(f"{this_run} of {len(rows)} killed in this run; report in {report}")
+    return this_run == len(rows)
 
 
 def main():
