@@ -80,9 +80,8 @@ PairTorch::PairTorch(LAMMPS *lmp) :
   one_coeff = 1;
   manybody_flag = 1;
   no_virial_fdotr_compute = 1;
-  // the centroid (atomic) virial of a strictly local model is exact: each
-  // edge's -r_ij (x) g_ij belongs to its centre i, whose energy it enters
-  // (set per model in coeff(); message-passing models have no such split)
+  // the atomic (centroid) virial: set per model and halo mode in
+  // derive_halo_mode()
   centroidstressflag = CENTROID_AVAIL;
   if (lmp->citeme) lmp->citeme->add(cite_ml_torch);
 }
@@ -374,10 +373,9 @@ void PairTorch::derive_halo_mode()
   }
   // thick ghosts: edges around ghost centres too (ghost neighbor lists)
   ghostneigh = (nlayers > 1 && !use_exchange) ? 1 : 0;
-  // a message-passing model's atomic energy depends on edges around other
-  // atoms: no per-atom centroid virial follows from the edge gradients, and
-  // a pairwise split would be wrong (compute centroid/stress/atom refuses it)
-  centroidstressflag = (nlayers == 1 && centroid_supported) ? CENTROID_AVAIL : CENTROID_NOTAVAIL;
+  // the atomic (centroid) virial: every model and halo mode (compute()); a
+  // variant may not provide it (torch/kk)
+  centroidstressflag = centroid_supported ? CENTROID_AVAIL : CENTROID_NOTAVAIL;
 
   // per-member forces travel to their owners in one reverse communication;
   // the exchange moves feature_width values per atom both ways
@@ -539,7 +537,11 @@ void PairTorch::compute(int eflag, int vflag)
   // LibTorch's thread count is per process: another torch style (a teacher)
   // may have set its own since our last step
   MLTorch::set_num_threads(torch_threads);
+  // the atomic virial of a layered model needs the exchange's ghost nodes:
+  // no fold on the steps that ask for it
+  atomic_virial_step = cvflag_atom && nlayers > 1;
   build_graph();
+  atomic_virial_step = false;
   if (log_ghosts) log_ghost_counts(graph_size[0]);
 
   ++ncompute;
@@ -557,6 +559,17 @@ void PairTorch::compute(int eflag, int vflag)
   model_calls[0] += 1.0;
   MLTorch::GraphInput in;
   graph_input(in);
+  // the atomic virial of a message-passing model (thick ghosts): the edge
+  // moments from the positions of the nodes whose energies count, on the
+  // steps a compute asks for it only
+  const bool moments = cvflag_atom && nlayers > 1;
+  if (moments) {
+    centroid_pos.resize(3 * static_cast<std::size_t>(in.n_nodes));
+    for (int64_t n = 0; n < in.n_nodes; ++n)
+      for (int k = 0; k < 3; ++k) centroid_pos[3 * n + k] = atom->x[node2atom[n]][k];
+    in.centroid_positions = centroid_pos.data();
+    in.atomic_virial = true;
+  }
   const double t_model = platform::walltime();
   evaluate_md(in, *output);
   stamp_output = ncompute;
@@ -568,8 +581,12 @@ void PairTorch::compute(int eflag, int vflag)
   if (eflag_atom)
     for (int n = 0; n < ncounted; n++) eatom[node2atom[n]] += output->node_energy[n];
 
-  // F_i += g_ij, F_j -= g_ij; virial W = -sum r_ij (x) g_ij, split half/half per atom
+  // F_i += g_ij, F_j -= g_ij; virial W = -sum r_ij (x) g_ij, split half/half
+  // per atom (compute stress/atom); the atomic virial (compute
+  // centroid/stress/atom) as doc/pair_torch.rst derives it
   double *f0 = atom->f[0];    // one contiguous block
+  double **x = atom->x;
+  const double *pm = moments ? output->edge_moment.data() : nullptr;
   const double *g = output->edge_grad.data();
   const double *r = edge_vec.data();
   const int64_t nedges = in.n_edges;
@@ -597,10 +614,24 @@ void PairTorch::compute(int eflag, int vflag)
           vatom[j][k] += 0.5 * v[k];
         }
       if (cvflag_atom) {
-        // the full tensor, on the centre: xx yy zz xy xz yz yx zx zy
-        const double c[9] = {v[0], v[1], v[2], v[3], v[4], v[5],
-                             -re[1] * ge[0], -re[2] * ge[0], -re[2] * ge[1]};
-        for (int k = 0; k < 9; k++) cvatom[i][k] += c[k];
+        // LAMMPS's order of the full tensor: xx yy zz xy xz yz yx zx zy,
+        // component (a, b) = position a, derivative b
+        static constexpr int ca[9] = {0, 1, 2, 0, 0, 1, 1, 2, 2};
+        static constexpr int cb[9] = {0, 1, 2, 1, 2, 2, 0, 0, 1};
+        if (!pm) {
+          // strictly local: edge e enters only its centre's energy E_i, so
+          // dE_i/dx_j = g_ij and W_j += (x_i - x_j) (x) g_ij = -r_ij (x) g_ij,
+          // on the neighbour j (the centre's own term is (x_i - x_i) = 0)
+          for (int k = 0; k < 9; k++) cvatom[j][k] -= re[ca[k]] * ge[cb[k]];
+        } else {
+          // W_j += P_e - x_j (x) g_e, W_i -= P_e - x_i (x) g_e
+          const double *P = pm + 9 * e;
+          for (int k = 0; k < 9; k++) {
+            const double p = P[3 * ca[k] + cb[k]];
+            cvatom[j][k] += p - x[j][ca[k]] * ge[cb[k]];
+            cvatom[i][k] -= p - x[i][ca[k]] * ge[cb[k]];
+          }
+        }
       }
     }
   }

@@ -148,6 +148,8 @@ class PairTorch : public Pair, public TorchStudent {
   int commflag = COMM_MEMBER_FORCES;
   int comm_width = 0;                 // values per atom of COMM_FEATURES
   std::vector<double> halo_buf;       // [nall][comm_width] features by atom
+  std::vector<double> centroid_pos;   // [nodes][3] on atomic-virial steps
+  bool atomic_virial_step = false;    // compute() builds a graph for the atomic virial
   struct HaloComm;
   std::unique_ptr<HaloComm> halo;     // the MLTorch::HaloExchange handed to the model
   MLTorch::HaloExchange *halo_exchanger() const;    // it, when this style uses the exchange

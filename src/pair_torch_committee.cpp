@@ -54,8 +54,11 @@ void PairTorch::evaluate_md(const MLTorch::GraphInput &in, MLTorch::GraphOutput 
   out.energy = 0.0;
   out.edge_grad.assign(member_out[0].edge_grad.size(), 0.0);
   out.node_energy.assign(member_out[0].node_energy.size(), 0.0);
+  out.edge_moment.assign(member_out[0].edge_moment.size(), 0.0);
   for (int m = 0; m < nm; ++m) {
     out.energy += w * member_out[m].energy;
+    for (std::size_t k = 0; k < out.edge_moment.size(); ++k)
+      out.edge_moment[k] += w * member_out[m].edge_moment[k];
     for (std::size_t k = 0; k < out.edge_grad.size(); ++k)
       out.edge_grad[k] += w * member_out[m].edge_grad[k];
     for (std::size_t k = 0; k < out.node_energy.size(); ++k)

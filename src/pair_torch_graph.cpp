@@ -97,7 +97,7 @@ void PairTorch::build_graph()
     }
   }
   edge_index.insert(edge_index.end(), edge_nbr.begin(), edge_nbr.end());
-  folded = fold_possible() && fold_ghosts();
+  folded = fold_possible() && !atomic_virial_step && fold_ghosts();
   graph_size[0] = static_cast<double>(folded ? ncounted : node2atom.size());
   graph_size[1] = static_cast<double>(edge_nbr.size());
 }

@@ -47,6 +47,8 @@ class FixTorchFinetuneProbe {
   double label_energy() const { return f->lab_energy; }
   const double *label_virial() const { return f->lab_virial; }
   int replay_size() const { return f->trainer->replay.size(); }
+  // the last good state a rollback returns to (empty without one)
+  std::string good_parameters() const { return f->trainer->state().good_parameters(); }
   double replay_bytes() const { return f->trainer->replay.bytes(); }
   double compute_vector(int i) const { return f->compute_vector(i); }
   // energy_shift fit: the MD model's fitted per-element shifts (empty without)

@@ -211,8 +211,126 @@ void Model::evaluate(const GraphInput &in, GraphOutput &out, bool want_node_ener
 {
   out.edge_grad.resize(3 * in.n_edges);
   if (want_node_energy) out.node_energy.resize(in.n_local);
+  if (in.atomic_virial) {
+    evaluate_centroid(in, out);
+    return;
+  }
   out.energy =
       evaluate_into(in, out.edge_grad.data(), want_node_energy ? out.node_energy.data() : nullptr);
+}
+
+/* ----------------------------------------------------------------------
+   the halo exchange of the atomic-virial passes (Model::evaluate_centroid).
+   A ghost node sits in its rank's frame, its owner in another: x_g = x_o + s
+   (a periodic image, on this rank or another). The backward pass of
+   X_a = sum_j x_j[a] E_j brings to a ghost row the gradient
+   sum_j x_j[a] dE_j/dh_g with this rank's positions; its owner needs it in
+   its own frame, sum_j (x_j[a] - s[a]) dE_j/dh_g. So the reverse exchanges
+   of pass a (1..3) subtract s[a] times the ghost rows the reverse exchange
+   of the same layer carried in pass 0 (the energy's); the autograd engine
+   runs the exchanges of every pass in the same order (doc/pair_torch.rst,
+   "Layered models"). s comes from one forward exchange of the owners'
+   positions (the exchange copies values, it does not shift them).
+------------------------------------------------------------------------- */
+
+namespace {
+class CentroidHalo : public HaloExchange {
+ public:
+  CentroidHalo(HaloExchange *inner, const double *pos, int64_t n_local, int64_t n_nodes) :
+      inner(inner), n_local(n_local), n_nodes(n_nodes), shift(3 * n_nodes, 0.0)
+  {
+    std::vector<double> owner(3 * n_nodes, 0.0);
+    inner->forward(pos, owner.data(), 3);
+    for (int64_t k = 3 * n_local; k < 3 * n_nodes; ++k) shift[k] = pos[k] - owner[k];
+  }
+  void start_pass(int p)
+  {
+    pass = p;
+    call = 0;
+  }
+  void forward(const double *owned, double *all, int width) override
+  {
+    inner->forward(owned, all, width);
+  }
+  void reverse(const double *all, double *owned, int width) override
+  {
+    const std::size_t n = static_cast<std::size_t>(n_nodes) * width;
+    if (pass == 0) {
+      energy_rows.emplace_back(all, all + n);
+      inner->reverse(all, owned, width);
+      return;
+    }
+    const auto &e = energy_rows.at(call++);
+    std::vector<double> framed(all, all + n);
+    for (int64_t r = n_local; r < n_nodes; ++r) {
+      const double s = shift[3 * r + pass - 1];
+      if (s == 0.0) continue;
+      for (int c = 0; c < width; ++c) framed[r * width + c] -= s * e[r * width + c];
+    }
+    inner->reverse(framed.data(), owned, width);
+  }
+
+ private:
+  HaloExchange *inner;
+  int64_t n_local, n_nodes;
+  std::vector<double> shift;                       // [n_nodes][3], s = x_ghost - x_owner
+  std::vector<std::vector<double>> energy_rows;    // pass 0's ghost rows, one per exchange
+  int pass = 0;
+  std::size_t call = 0;
+};
+}    // namespace
+
+/* ----------------------------------------------------------------------
+   the energy, its edge gradient and the edge moments of the atomic virial:
+   with X_a = sum_{j < n_local} x_j[a] E_j (the positions held fixed), one
+   forward pass and four backward passes of the autograd graph, for E and
+   X_x, X_y, X_z. A compiled package runs its TorchScript twin here (its
+   compiled code returns the edge gradient of E alone): on the steps that
+   ask for the atomic virial only.
+------------------------------------------------------------------------- */
+
+void Model::evaluate_centroid(const GraphInput &in_given, GraphOutput &out) const
+{
+  GraphInput in = in_given;
+  const bool layered = impl->meta.layered && in.halo;
+  std::unique_ptr<CentroidHalo> framed;
+  if (layered) {
+    framed = std::make_unique<CentroidHalo>(in.halo, in.centroid_positions, in.n_local, in.n_nodes);
+    in.halo = framed.get();
+  }
+  if (!impl->train_energy.defined()) impl->set_params_require_grad(false);
+  auto fp = run_forward(impl->module, impl->meta, in, impl->device, impl->dtype, impl->source);
+  auto local = fp.local_energy;
+  out.edge_moment.assign(9 * in.n_edges, 0.0);
+  std::fill(out.edge_grad.begin(), out.edge_grad.end(), 0.0);
+  auto host = torch::TensorOptions().dtype(torch::kFloat64);
+  // layered: every rank runs every backward pass, whose exchanges are collective
+  if (layered || (in.n_edges > 0 && local.requires_grad())) {
+    auto x = in.n_local > 0
+        ? torch::from_blob(const_cast<double *>(in.centroid_positions), {in.n_local, 3}, host)
+              .to(impl->device, impl->dtype)
+        : torch::zeros({0, 3}, host.device(impl->device).dtype(impl->dtype));
+    auto weighted = (x * local.unsqueeze(1)).sum(0);    // X_a
+    std::vector<torch::Tensor> grads;
+    for (int p = 0; p < 4; ++p) {
+      if (framed) framed->start_pass(p);
+      auto target = p == 0 ? local.sum() : weighted[p - 1];
+      // retain the graph for the next pass; allow unused (a rank without edges)
+      grads.push_back(torch::autograd::grad({target}, fp.grad_inputs(), {}, p < 3, false, true)[0]);
+    }
+    if (in.n_edges > 0) {
+      auto zero = torch::zeros_like(fp.edge_vec);
+      for (auto &g : grads)
+        if (!g.defined()) g = zero;
+      torch::from_blob(out.edge_grad.data(), {in.n_edges, 3}, host).copy_(grads[0]);
+      // [n_edges][a][b]
+      torch::from_blob(out.edge_moment.data(), {in.n_edges, 3, 3}, host)
+          .copy_(torch::stack({grads[1], grads[2], grads[3]}, 1));
+    }
+  }
+  if (!out.node_energy.empty() && in.n_local > 0)
+    torch::from_blob(out.node_energy.data(), {in.n_local}, host).copy_(local.detach());
+  out.energy = local.detach().to(torch::kFloat64).sum().item<double>();
 }
 
 double Model::evaluate_into(const GraphInput &in, double *edge_grad, double *node_energy) const

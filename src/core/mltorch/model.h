@@ -71,12 +71,25 @@ struct GraphInput {
   // layers (the graph then has edges around nodes [0, n_local) only, and
   // ghost nodes one cutoff deep); nullptr: the single forward() call
   HaloExchange *halo = nullptr;
+  // true: evaluate() also returns the edge moments of the atomic (centroid)
+  // virial (GraphOutput::edge_moment), from the positions [n_nodes][3] of
+  // all nodes in this rank's frame (the one of the edge vectors). Set on
+  // every rank of a halo exchange, ranks without nodes included: the extra
+  // passes exchange too.
+  bool atomic_virial = false;
+  const double *centroid_positions = nullptr;
 };
 
 struct GraphOutput {
   double energy = 0.0;             // sum of the energies of nodes [0, n_local)
   std::vector<double> node_energy; // [n_local] (filled when asked for)
   std::vector<double> edge_grad;   // [n_edges][3], dE/dr_ij
+  // with GraphInput::centroid_positions: [n_edges][3][3],
+  //   P_e[a][b] = d/d(r_e)_b of sum_{j < n_local} x_j[a] E_j
+  // (x_j the given positions, held fixed). The atomic virial of node n is
+  //   W_n = sum_{e: nbr(e) = n} (P_e - x_n (x) g_e) - sum_{e: centre(e) = n} (P_e - x_n (x) g_e)
+  // = sum_j (x_j - x_n) (x) dE_j/dx_n (doc/pair_torch.rst, "Heat flux")
+  std::vector<double> edge_moment;
 };
 
 class Model {
@@ -153,6 +166,7 @@ class Model {
  private:
   void forward_train_pass(const GraphInput &in, double &energy, std::vector<double> &node_forces,
                           double *virial);
+  void evaluate_centroid(const GraphInput &in, GraphOutput &out) const;
   struct Impl;
   std::unique_ptr<Impl> impl;
 };

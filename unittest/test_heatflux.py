@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""The atomic (centroid) virial of pair_style torch against a brute-force
+reference, the quantity compute heat/flux is built on.
+
+For every atom i the exact atomic virial of a model with atomic energies E_j
+is  W_i = sum_j sum_{images n of i} (r_j - r_n) (x) dE_j/dr_n  (Fan et al.,
+PRB 92, 094301 (2015)). The reference here computes the full Jacobian
+dE_j/dr_n of every atomic energy by autograd, one backward pass per atom, on
+the explicitly unfolded periodic system (the cell and its periodic images
+as plain nodes: no cell shifts, no ghosts, no halo), with the model file's
+own TorchScript forward. LAMMPS computes it with `compute
+centroid/stress/atom NULL virial` (which reports -W in pressure x volume
+units) on 1 to 4 MPI ranks, under each way the style can build the graph.
+
+The system: a sheared (triclinic) Si or Ar slab, periodic in x and y and
+with vacuum in z, small enough in x and y that a rank holds periodic images
+of its own atoms; on 3 and 4 ranks (processors * * 1 is not forced) some
+ranks hold no atom of the slab.
+
+Run: python unittest/test_heatflux.py -v  (ctest does; ML_TORCH_LMP names
+the lmp executable, ML_TORCH_MPIEXEC the MPI launcher).
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+import torch
+
+root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(root, "potentials"))
+from mltorch.export import read_metadata  # noqa: E402
+
+LMP = os.environ.get("ML_TORCH_LMP", os.path.join(root, "build", "lmp"))
+MPIEXEC = os.environ.get("ML_TORCH_MPIEXEC", "mpirun")
+NKTV2P = 1.6021765e6    # LAMMPS metal units: eV/A^3 to bar
+POT = os.path.join(root, "potentials")
+MODELS = os.path.join(root, "unittest", "models")
+
+# the slab: (lattice, mass, element); 2 x 2 x 2 cells in a box 2 x 2 x 6
+# cells high, sheared by half a cell in x along y
+SLAB = {"Si": ("diamond 5.431", 28.0855), "Ar": ("fcc 5.26", 39.948)}
+
+
+def lammps_input(model, element, pair_extra, dump):
+    lattice, mass = SLAB[element]
+    return f"""
+units metal
+boundary p p p
+lattice {lattice}
+region box prism 0 2 0 2 0 6 1 0 0
+create_box 1 box
+region slab block INF INF INF INF 2 4
+create_atoms 1 region slab
+mass 1 {mass}
+displace_atoms all random 0.15 0.15 0.15 8791 units box
+pair_style torch {pair_extra}
+pair_coeff * * {model} {element}
+compute cv all centroid/stress/atom NULL virial
+compute sv all reduce sum c_cv[1] c_cv[2] c_cv[3] c_cv[4] c_cv[5] c_cv[6]
+compute p all pressure NULL virial
+variable vol equal vol
+thermo_style custom step pe c_sv[1] c_sv[2] c_sv[3] c_sv[4] c_sv[5] c_sv[6] c_p[1] c_p[2] c_p[3] c_p[4] c_p[5] c_p[6] v_vol
+thermo_modify format float %.17g
+dump d all custom 1 {dump} id x y z c_cv[*]
+dump_modify d sort id format float %.17g
+run 0 post no
+"""
+
+
+def run_lammps(model, element, np_, pair_extra=""):
+    with tempfile.TemporaryDirectory() as tmp:
+        dump = os.path.join(tmp, "cv.dump")
+        cmd = [LMP, "-log", "none", "-echo", "none", "-nocite"]
+        if np_ > 1:
+            cmd = MPIEXEC.split() + ["--allow-run-as-root", "--oversubscribe", "-np", str(np_)] + cmd
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        out = subprocess.run(cmd, input=lammps_input(model, element, pair_extra, dump),
+                             capture_output=True, text=True, env=env, timeout=600)
+        if out.returncode != 0:
+            raise AssertionError(f"lmp failed ({out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+        lines = open(dump).read().splitlines()
+    # the thermo line after "Step PE ..."
+    text = out.stdout.splitlines()
+    k = next(i for i, l in enumerate(text) if l.split()[:2] == ["Step", "PotEng"])
+    thermo = [float(v) for v in text[k + 1].split()]
+    box = [[float(v) for v in lines[5 + d].split()] for d in range(3)]
+    n = int(lines[3])
+    data = np.array([[float(v) for v in l.split()] for l in lines[9:9 + n]])
+    return box, data, thermo, out.stdout
+
+
+def cell_vectors(box):
+    """LAMMPS's triclinic dump bounds to the cell vectors and origin"""
+    (xlob, xhib, xy), (ylob, yhib, xz), (zlo, zhi, yz) = box
+    xlo = xlob - min(0.0, xy, xz, xy + xz)
+    xhi = xhib - max(0.0, xy, xz, xy + xz)
+    ylo = ylob - min(0.0, yz)
+    yhi = yhib - max(0.0, yz)
+    a = np.array([xhi - xlo, 0.0, 0.0])
+    b = np.array([xy, yhi - ylo, 0.0])
+    c = np.array([xz, yz, zhi - zlo])
+    return a, b, c
+
+
+def reference(model_path, box, pos, reach):
+    """W_i (3x3, [a][b] = position component a, gradient component b) of
+    every atom of the cell, by the full Jacobian on the unfolded system;
+    `reach` is the distance beyond which no atom can change an atomic
+    energy of the cell (layers x cutoff) plus one cutoff of edges"""
+    meta = read_metadata(model_path)
+    model = torch.jit.load(model_path, map_location="cpu")
+    rc = float(meta["cutoff"])
+    a, b, _ = cell_vectors(box)
+    width = min(np.linalg.norm(np.cross(a, b)) / np.linalg.norm(b), np.linalg.norm(np.cross(a, b)) / np.linalg.norm(a))
+    nrep = int(np.ceil(reach / width)) + 1
+    n = len(pos)
+    shifts = [(0, 0)] + [(i, j) for i in range(-nrep, nrep + 1) for j in range(-nrep, nrep + 1) if (i, j) != (0, 0)]
+    x = np.concatenate([pos + i * a + j * b for i, j in shifts])
+    owner = np.tile(np.arange(n), len(shifts))
+    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    with torch.no_grad():
+        # exact differences (the matrix-product form leaves 1e-7 on the diagonal)
+        d = torch.cdist(xt, xt, compute_mode="donot_use_mm_for_euclid_dist")
+        d.fill_diagonal_(float("inf"))
+        centre, nbr = torch.nonzero(d < rc, as_tuple=True)
+    edge_index = torch.stack([centre, nbr])
+    edge_vec = xt[nbr] - xt[centre]
+    species = torch.zeros(len(x), dtype=torch.int64)
+    energies = model(edge_vec, edge_index, species, len(x))[:n]
+    W = np.zeros((n, 3, 3))
+    for j in range(n):
+        (g,) = torch.autograd.grad(energies[j], xt, retain_graph=True)
+        g = g.numpy()
+        rel = x[j] - x    # r_j - r_n for every node n
+        contrib = rel[:, :, None] * g[:, None, :]
+        np.add.at(W, owner, contrib)
+    # what a per-atom split of the edge gradients gives instead (the edges of
+    # the cell's atoms, -r_ij (x) dE/dr_ij on the centre i): the attribution
+    # this test must tell from the right one for many-body models
+    (g,) = torch.autograd.grad(energies.sum(), edge_vec)
+    g, r = g.numpy(), edge_vec.detach().numpy()
+    mine = (centre < n).numpy()
+    W_centre = np.zeros((n, 3, 3))
+    np.add.at(W_centre, centre.numpy()[mine], -r[mine][:, :, None] * g[mine][:, None, :])
+    return W, float(energies.sum()), W_centre
+
+
+# LAMMPS's order of the 9 components: xx yy zz xy xz yz yx zx zy
+ORDER = [(0, 0), (1, 1), (2, 2), (0, 1), (0, 2), (1, 2), (1, 0), (2, 0), (2, 1)]
+
+
+class CentroidVirial(unittest.TestCase):
+    cache = {}
+
+    def ref(self, models, element, box, pos, reach):
+        # a committee's mean: the mean of its members' (W is linear in E)
+        key = (tuple(models), element)
+        if key not in self.cache:
+            refs = [reference(m, box, pos, reach) for m in models]
+            self.cache[key] = tuple(sum(r[k] for r in refs) / len(refs) for k in range(3))
+        return self.cache[key]
+
+    def check(self, models, element, layers, modes, nps=(1, 2, 3, 4), tol=1e-10, twin=None):
+        """`twin`: the TorchScript files the reference runs (a compiled package's)"""
+        meta = read_metadata(models[0]) if models[0].endswith(".pt") else read_metadata(twin[0])
+        reach = (layers + 1) * float(meta["cutoff"]) + 1.0
+        worst = 0.0
+        for np_ in nps:
+            for mode in modes:
+                box, data, thermo, log = run_lammps(" ".join(models), element, np_, mode)
+                pos = data[:, 1:4]
+                W, e_ref, W_centre = self.ref(twin or models, element, box, pos, reach)
+                want = np.array([[-NKTV2P * W[i][a][b] for a, b in ORDER] for i in range(len(pos))])
+                got = data[:, 4:13]
+                scale = np.abs(want).max()
+                dev = np.abs(got - want).max() / scale
+                worst = max(worst, dev)
+                # the sum over atoms is the global virial: compute pressure
+                # reports W / V (x nktv2p), the reduce -W (x nktv2p)
+                vol = thermo[14]
+                sums = np.array(thermo[2:8])
+                press = np.array(thermo[8:14])
+                dsum = np.abs(sums + press * vol).max() / np.abs(press * vol).max()
+                de = abs(thermo[1] - e_ref) / abs(e_ref)
+                print(f"[ centroid ] {' '.join(os.path.basename(m) for m in models)} {mode or 'default'} on {np_} rank(s): "
+                      f"W_i {dev:.2e} of the largest component ({scale:.4g} bar A^3), "
+                      f"sum vs global virial {dsum:.2e}, energy {de:.2e}", flush=True)
+                self.assertLessEqual(de, 1e-12)
+                self.assertLessEqual(dev, tol, f"{mode} on {np_} ranks")
+                self.assertLessEqual(dsum, 1e-12, f"{mode} on {np_} ranks")
+        # the centre attribution: exact for pairwise models only
+        other = np.abs(W_centre - W).max() / np.abs(W).max()
+        print(f"[ centroid ] {' '.join(os.path.basename(m) for m in models)}: the edge terms on "
+              f"their centres instead would be {other:.2e} of the largest component off", flush=True)
+        return worst, other
+
+    def test_pairwise_model(self):
+        _, other = self.check([os.path.join(POT, "lj_Ar.pt")], "Ar", 1, [""], tol=1e-13)
+        self.assertLessEqual(other, 1e-13)    # pairwise: both attributions agree
+
+    def test_local_many_body_models(self):
+        for m in ("si_local.pt", "sw_Si.pt"):
+            _, other = self.check([os.path.join(POT, m)], "Si", 1, [""])
+            self.assertGreater(other, 1e-2)    # the reference tells the two apart
+
+    def test_compiled_package_runs_its_twin(self):
+        self.check([os.path.join(POT, "si_mp2.pt2")], "Si", 2, ["", "halo thick"], nps=(1, 2),
+                   twin=[os.path.join(POT, "si_mp2.pt")])
+
+    def test_message_passing_every_halo_mode(self):
+        # 1 rank: folded by default (unfolded for these steps), 'fold no'
+        # runs the exchange; more ranks: the exchange; thick ghosts
+        self.check([os.path.join(POT, "si_mp2.pt")], "Si", 2, ["", "fold no", "halo thick"])
+
+    def test_four_layers(self):
+        self.check([os.path.join(MODELS, "si_mp4_layered.pt")], "Si", 4, ["", "halo thick"], nps=(1, 3))
+
+    def test_committee_mean(self):
+        self.check([os.path.join(POT, "si_mp2.pt"), os.path.join(MODELS, "si_mp2_perturbed.pt")], "Si", 2,
+                   ["committee mean", "committee mean halo thick"], nps=(1, 2))
+
+
+class HeatFlux(unittest.TestCase):
+    """compute heat/flux on the atomic virial along 10 NVE steps: the same on
+    1 and 3 ranks and in every halo mode"""
+
+    def flux(self, np_, mode):
+        script = f"""
+units metal
+boundary p p p
+lattice diamond 5.431
+region box prism 0 2 0 2 0 6 1 0 0
+create_box 1 box
+region slab block INF INF INF INF 2 4
+create_atoms 1 region slab
+mass 1 28.0855
+displace_atoms all random 0.15 0.15 0.15 8791 units box
+velocity all create 1500 4928 loop geom
+pair_style torch {mode}
+pair_coeff * * {POT}/si_mp2.pt Si
+compute ke all ke/atom
+compute pe all pe/atom
+compute cv all centroid/stress/atom NULL virial
+compute flux all heat/flux ke pe cv
+fix md all nve
+thermo_style custom step pe c_flux[1] c_flux[2] c_flux[3] c_flux[4] c_flux[5] c_flux[6]
+thermo_modify format float %.17g
+thermo 1
+run 10 post no
+"""
+        cmd = [LMP, "-log", "none", "-echo", "none", "-nocite"]
+        if np_ > 1:
+            cmd = MPIEXEC.split() + ["--allow-run-as-root", "--oversubscribe", "-np", str(np_)] + cmd
+        out = subprocess.run(cmd, input=script, capture_output=True, text=True,
+                             env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600)
+        self.assertEqual(out.returncode, 0, out.stdout[-2000:] + out.stderr[-2000:])
+        text = out.stdout.splitlines()
+        k = next(i for i, l in enumerate(text) if l.split()[:2] == ["Step", "PotEng"])
+        return np.array([[float(v) for v in l.split()] for l in text[k + 1:k + 12]])
+
+    def test_equal_on_ranks_and_halo_modes(self):
+        ref = self.flux(1, "halo thick")
+        scale = np.abs(ref[:, 2:]).max()
+        self.assertGreater(scale, 1.0)
+        for np_, mode in ((1, ""), (3, ""), (3, "halo thick")):
+            got = self.flux(np_, mode)
+            dev = np.abs(got[:, 2:] - ref[:, 2:]).max() / scale
+            print(f"[ heat flux ] si_mp2 {mode or 'default'} on {np_} rank(s) vs halo thick on 1: "
+                  f"J over 10 NVE steps {dev:.2e} of the largest", flush=True)
+            self.assertLessEqual(dev, 1e-10)
+
+
+if __name__ == "__main__":
+    unittest.main()
