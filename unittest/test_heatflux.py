@@ -274,5 +274,77 @@ run 10 post no
             self.assertLessEqual(dev, 1e-10)
 
 
+class WithFinetune(unittest.TestCase):
+    """fix torch/finetune training si_mp2 (sw as the teacher) while the heat
+    flux is computed on every step: its training passes leave the atomic
+    virial alone, and after updates it is that of the updated model"""
+
+    def run_script(self, np_, lines):
+        cmd = [LMP, "-log", "none", "-echo", "none", "-nocite"]
+        if np_ > 1:
+            cmd = MPIEXEC.split() + ["--allow-run-as-root", "--oversubscribe", "-np", str(np_)] + cmd
+        out = subprocess.run(cmd, input="\n".join(lines) + "\n", capture_output=True, text=True,
+                             env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600)
+        self.assertEqual(out.returncode, 0, out.stdout[-2000:] + out.stderr[-2000:])
+        return out.stdout
+
+    def setup(self, fix, tmp):
+        sw = os.path.join(os.environ.get("LAMMPS_POTENTIALS", os.path.join(root, "build", "lammps-potentials")),
+                          "Si.sw")
+        lines = ["units metal", "lattice diamond 5.431", "region box block 0 2 0 2 0 2", "create_box 1 box",
+                 "create_atoms 1 box", "mass 1 28.0855", "displace_atoms all random 0.1 0.1 0.1 871 units box",
+                 "velocity all create 1500 4928 loop geom", "pair_style torch",
+                 f"pair_coeff * * {POT}/si_mp2.pt Si", "compute ke all ke/atom", "compute pe all pe/atom",
+                 "compute cv all centroid/stress/atom NULL virial", "compute flux all heat/flux ke pe cv",
+                 "fix md all nve"]
+        if fix:
+            lines.append(f'fix ft all torch/finetune 2 teacher sw "* * {sw} Si" {fix} log 0')
+        lines += ["thermo_style custom step pe c_flux[1] c_flux[2] c_flux[3] c_flux[4] c_flux[5] c_flux[6]",
+                  "thermo_modify format float %.17g", "thermo 1",
+                  f"dump d all custom 11 {tmp}/a.dump id c_cv[*]", "dump_modify d sort id format float %.17g",
+                  "run 11 post no"]
+        return lines
+
+    @staticmethod
+    def thermo(log):
+        text = log.splitlines()
+        k = next(i for i, l in enumerate(text) if l.split()[:2] == ["Step", "PotEng"])
+        return np.array([[float(v) for v in l.split()] for l in text[k + 1:k + 13]])
+
+    @staticmethod
+    def last_frame(path):
+        lines = open(path).read().splitlines()
+        n = int(lines[3])
+        start = len(lines) - n
+        return np.array([[float(v) for v in l.split()] for l in lines[start:]])
+
+    def test_training_passes_change_nothing(self):
+        for np_ in (1, 2):
+            with tempfile.TemporaryDirectory() as tmp:
+                plain = self.thermo(self.run_script(np_, self.setup("", tmp)))
+                # SGD steps of 1e-300 x gradient leave every parameter bitwise
+                trained = self.thermo(self.run_script(np_, self.setup("lr 1e-300 optimizer sgd", tmp)))
+            dev = np.abs(trained[:, 1:] - plain[:, 1:]).max() / np.abs(plain[:, 2:]).max()
+            print(f"[ heat flux ] fix torch/finetune with lr 1e-300 on {np_} rank(s): pe and J over 11 steps "
+                  f"{dev:.2e} of the largest J from the run without it", flush=True)
+            self.assertLessEqual(dev, 1e-13)
+
+    def test_after_updates_it_is_the_updated_models(self):
+        for np_ in (1, 2):
+            with tempfile.TemporaryDirectory() as tmp:
+                lines = self.setup("lr 1e-3", tmp)
+                # step 11 follows the update of step 10: its atomic virial
+                # is the updated model's, as a fresh force call gives it
+                lines += ["variable n equal f_ft[7]", 'print "updates: ${n}"', "unfix ft", "undump d", f"dump e all custom 1 {tmp}/b.dump id c_cv[*]",
+                          "dump_modify e sort id format float %.17g", "run 0 post no"]
+                log = self.run_script(np_, lines)
+                a, b = self.last_frame(f"{tmp}/a.dump"), self.last_frame(f"{tmp}/b.dump")
+            dev = np.abs(a[:, 1:] - b[:, 1:]).max() / np.abs(b[:, 1:]).max()
+            print(f"[ heat flux ] after 5 updates on {np_} rank(s): atomic virial of the last step vs a "
+                  f"fresh force call of the updated model {dev:.2e}", flush=True)
+            self.assertIn("updates: 5", log)
+            self.assertLessEqual(dev, 1e-13)
+
+
 if __name__ == "__main__":
     unittest.main()
