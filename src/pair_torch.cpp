@@ -236,8 +236,8 @@ void PairTorch::coeff(int narg, char **arg)
   if (!allocated) allocate();
   const int ntypes = atom->ntypes;
   if (narg < 3) MLTorchLmp::missing_args(FLERR, "pair_coeff torch", error);
-  if (strcmp(arg[0], "*") != 0 || strcmp(arg[1], "*") != 0)
-    error->all(FLERR, "Pair style torch requires 'pair_coeff * * model.pt El1 ... El{}'", ntypes);
+  // "* *" first: LAMMPS checks it for one_coeff styles (Input::pair_coeff,
+  // PairHybrid::coeff) before this is called
   const int nfiles = narg - 2 - ntypes;
   if (nfiles < 1)
     error->all(FLERR,

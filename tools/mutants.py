@@ -11,6 +11,10 @@ passes. Writes the table to bench/mutants.md.
 
   .venv/bin/python tools/mutants.py [--only NAME ...] [--list] [--report FILE]
 
+Mutants of kokkos/ (lane "kokkos") need the KOKKOS lane built
+(tools/setup.sh --kokkos): they rebuild build/kokkos-current inside its
+Debian 13 root and run its test program there.
+
 Not part of CI: every mutant rebuilds part of LAMMPS and runs real tests
 (about 1 to 3 minutes each on 2 cores; the whole list took the time the
 report gives). It edits the working tree in place, one file at a time, and
@@ -53,6 +57,23 @@ class Mutant:
     killer: str          # shell command, run in build/
     what: str
     timeout: int = 900
+    lane: str = "main"   # "kokkos": rebuilt and killed in build/kokkos-current
+
+
+# the KOKKOS lane (tools/setup.sh --kokkos): built and run inside its Debian 13 root
+KDIR = os.path.join(build, "kokkos-current")
+IN_ROOT = os.path.join(KDIR, "in-root")
+KOKKOS_BUILD = (f"{IN_ROOT} env CCACHE_DIR={os.path.expanduser('~/.cache/ml-torch/ccache-debian13')} "
+                f"CCACHE_BASEDIR={root} cmake --build {KDIR} -j 2")
+
+
+def kk_gtest(filt, np=1):
+    cmd = (f"{IN_ROOT} env OMP_NUM_THREADS=1 ML_TORCH_KOKKOS_THREADS=1 "
+           f"{KDIR}/unittest/kokkos/test_pair_kokkos --gtest_filter='{filt}'")
+    if np > 1:
+        cmd = (f"{IN_ROOT} env OMP_NUM_THREADS=1 ML_TORCH_KOKKOS_THREADS=1 {MPI} -np {np} "
+               f"{KDIR}/unittest/kokkos/test_pair_kokkos --gtest_filter='{filt}'")
+    return cmd
 
 
 M = Mutant
@@ -66,11 +87,13 @@ MUTANTS = [
     M("train_force_sign", "src/core/training_pass.cpp",
       "forces = forces.index_add(0, edge_index[0], g).index_add(0, edge_index[1], -g);",
       "forces = forces.index_add(0, edge_index[0], g).index_add(0, edge_index[1], g);",
-      gtest("test_core", "DistributedGradient.*"), "training-pass force on the neighbour with + sign"),
+      gtest("test_finetune", "Systems/Gradient.MatchesIndependentReference*"),
+      "training-pass force on the neighbour with + sign"),
     M("train_virial_sign", "src/core/training_pass.cpp",
       "auto rg = -(r.unsqueeze(2) * g.unsqueeze(1)).sum(0);",
       "auto rg = (r.unsqueeze(2) * g.unsqueeze(1)).sum(0);",
-      gtest("test_finetune", "Systems/Gradient.*"), "training-pass virial sign flipped"),
+      gtest("test_finetune", "Systems/Gradient.MatchesIndependentReference*"),
+      "training-pass virial sign flipped"),
     M("train_pass_not_closed", "src/core/training_pass.cpp",
       "  set_params_require_grad(false);\n}", "}",
       gtest("test_core", "TrainingErrors.*"), "a failed training pass leaves parameters requiring gradients"),
@@ -189,6 +212,40 @@ MUTANTS = [
     M("py_small_bmm", "potentials/mltorch/compiled.py", "def unroll_small_bmm(gm, max_inner=8):",
       "def unroll_small_bmm(gm, max_inner=2):",
       f"cd ../unittest && {py} test_python.py SmallProducts", "small batched products not unrolled"),
+    # --- torch/kk (the KOKKOS lane, OpenMP host build) ----------------------
+    M("kk_force_sign", "kokkos/pair_torch_kokkos.cpp",
+      "Kokkos::atomic_add(&lf(j, k), static_cast<acc_t>(-grad(e, k)));",
+      "Kokkos::atomic_add(&lf(j, k), static_cast<acc_t>(grad(e, k)));",
+      kk_gtest("*KokkosVsCpu*"), "torch/kk: the neighbour's force with + sign", lane="kokkos"),
+    M("kk_virial_component", "kokkos/pair_torch_kokkos.cpp",
+      "acc.v[3] -= vec(e, 0) * grad(e, 1);", "acc.v[3] -= vec(e, 1) * grad(e, 1);",
+      kk_gtest("*KokkosVsCpu*"), "torch/kk: the xy virial from the wrong component", lane="kokkos"),
+    M("kk_committee_sum", "kokkos/pair_torch_kokkos.cpp",
+      "  const double w = 1.0 / nm;\n", "  const double w = 1.0;\n",
+      kk_gtest("KokkosCommittee.*"), "torch/kk: committee mean summed, not averaged", lane="kokkos"),
+    M("kk_nonfinite_unchecked", "kokkos/pair_torch_kokkos.cpp",
+      "          if (!(grad(e, k) - grad(e, k) == 0.0)) ++bad;\n", "",
+      kk_gtest("KokkosErrors.NonFinite*"), "torch/kk: non-finite forces not caught", lane="kokkos"),
+    # --- the atomic (centroid) virial of the heat flux ----------------------
+    M("centroid_on_centre", "src/pair_torch.cpp",
+      "for (int k = 0; k < 9; k++) cvatom[j][k] -= re[ca[k]] * ge[cb[k]];",
+      "for (int k = 0; k < 9; k++) cvatom[i][k] -= re[ca[k]] * ge[cb[k]];",
+      f"{py} ../unittest/test_heatflux.py CentroidVirial.test_local_many_body_models",
+      "a local model's edge terms on the centre (the per-atom split, not the heat flux's)"),
+    M("centroid_frame_unconverted", "src/core/model.cpp",
+      "      if (s == 0.0) continue;", "      continue;",
+      f"{py} ../unittest/test_heatflux.py CentroidVirial.test_message_passing_every_halo_mode",
+      "ghost gradients of the moment passes reach their owners in the ghost's frame"),
+    M("centroid_folded", "src/pair_torch_graph.cpp",
+      "folded = fold_possible() && !atomic_virial_step && fold_ghosts();",
+      "folded = fold_possible() && fold_ghosts();",
+      f"{py} ../unittest/test_heatflux.py CentroidVirial.test_message_passing_every_halo_mode",
+      "a folded rank computes the moments on its folded graph"),
+    M("centroid_moment_sign", "src/pair_torch.cpp",
+      "            cvatom[i][k] -= p - x[i][ca[k]] * ge[cb[k]];",
+      "            cvatom[i][k] += p - x[i][ca[k]] * ge[cb[k]];",
+      f"{py} ../unittest/test_heatflux.py CentroidVirial.test_message_passing_every_halo_mode",
+      "the centre's moment term with the wrong sign"),
 ]
 
 
@@ -228,6 +285,8 @@ def run(mutants, report):
                 f.write(original.replace(m.find, m.replace))
             if m.file.endswith(".py"):
                 rc_b = 0
+            elif m.lane == "kokkos":
+                rc_b, tb, out = sh(KOKKOS_BUILD, 1800)
             else:
                 rc_b, tb, out = sh("cmake --build . -j 2", 1800)
             if rc_b != 0:
@@ -243,8 +302,10 @@ def run(mutants, report):
                 f.write(original)
         rows.append((m, result, t))
         print(f"{m.name}: {result} ({t:.0f} s)", flush=True)
-    if any(not r[0].file.endswith(".py") for r in rows):
+    if any(not r[0].file.endswith(".py") and r[0].lane == "main" for r in rows):
         sh("cmake --build . -j 2", 1800)    # the original again
+    if any(r[0].lane == "kokkos" for r in rows):
+        sh(KOKKOS_BUILD, 1800)
     total = time.time() - t_all
     # the report keeps the rows of mutants not run this time (a partial run
     # with --only updates its rows), in the order of the list

@@ -73,7 +73,7 @@ TEST(Replicas, BitwiseIdenticalAfterEveryUpdate)
 static std::string ddp_fix(int accumulate)
 {
   return "fix ft all torch/finetune 1 " + teacher() +
-      " weights 1.0 10.0 0.5 optimizer sgd lr 1e-3 log 0 accumulate " + std::to_string(accumulate);
+      " weights 1.0 10.0 0.5 optimizer sgd lr 1e-3 log 0 check 1 accumulate " + std::to_string(accumulate);
 }
 
 TEST(DDP, ReplicasEqualAccumulation)
@@ -91,7 +91,17 @@ TEST(DDP, ReplicasEqualAccumulation)
     initial = l.params();
     l.cmd("run 1 post no");
     EXPECT_EQ(l.fix()->updates(), 1);
+    EXPECT_GE(l.fix()->checksums_compared(), 1);
     replicas = l.params();
+  }
+  // every replica holds the same parameters, bitwise
+  {
+    std::vector<double> lo(replicas.size()), hi(replicas.size());
+    MPI_Allreduce(replicas.data(), lo.data(), static_cast<int>(lo.size()), MPI_DOUBLE, MPI_MIN,
+                  MPI_COMM_WORLD);
+    MPI_Allreduce(replicas.data(), hi.data(), static_cast<int>(hi.size()), MPI_DOUBLE, MPI_MAX,
+                  MPI_COMM_WORLD);
+    EXPECT_EQ(max_diff(lo, hi), 0.0) << "the replicas' parameters differ";
   }
   if (me != 0) return;
   Lammps ref(MPI_COMM_SELF);

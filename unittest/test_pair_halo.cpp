@@ -11,18 +11,25 @@
 
 /* ----------------------------------------------------------------------
    energy conservation with the shipped Si model: 512 atoms, 1 fs, 5 ps NVE
-   (run by its own ctest entry: --gtest_filter=NVE.*)
+   (run by its own ctest entry: --gtest_filter=NVE.*). The bound is
+   LAMMPS's own: the same run with native sw (the potential si_local was
+   trained on, so of similar stiffness) sets the scale of velocity Verlet's
+   energy error at this timestep
 ------------------------------------------------------------------------- */
 
-TEST(NVE, SiliconLocalModelConservesEnergy)
+namespace {
+struct Conservation {
+  double drift, worst, temp;
+};
+
+Conservation nve_5ps(const std::string &pair_style, const std::string &pair_coeff)
 {
   Lammps l;
   l.cmds({"units metal", "atom_modify map array", "boundary p p p", "lattice diamond 5.431",
           "region box block 0 4 0 4 0 4", "create_box 1 box", "create_atoms 1 box",
-          "mass 1 28.0855", "velocity all create 600.0 87287 loop geom", "pair_style torch",
-          "pair_coeff * * " + potentials + "/si_local.pt Si", "neighbor 1.0 bin",
-          "timestep 0.001", "fix nve all nve", "thermo 100", "thermo_style custom step temp pe etotal",
-          "run 0 post no"});
+          "mass 1 28.0855", "velocity all create 600.0 87287 loop geom", pair_style, pair_coeff,
+          "neighbor 1.0 bin", "timestep 0.001", "fix nve all nve", "thermo 100",
+          "thermo_style custom step temp pe etotal", "run 0 post no"});
   const double natoms = static_cast<double>(l.natoms());
   const double e0 = l.thermo("etotal");
   double worst = 0.0;
@@ -30,13 +37,22 @@ TEST(NVE, SiliconLocalModelConservesEnergy)
     l.cmd("run 100 post no");
     worst = std::max(worst, std::fabs(l.thermo("etotal") - e0) / natoms);
   }
-  const double drift = (l.thermo("etotal") - e0) / natoms;
+  return {(l.thermo("etotal") - e0) / natoms, worst, l.thermo("temp")};
+}
+}    // namespace
+
+TEST(NVE, SiliconLocalModelConservesEnergy)
+{
+  const auto model = nve_5ps("pair_style torch", "pair_coeff * * " + potentials + "/si_local.pt Si");
+  const auto native = nve_5ps("pair_style sw", "pair_coeff * * " + lammps_potentials + "/Si.sw Si");
   if (me == 0)
-    std::printf("[ NVE      ] 512 Si atoms, 5 ps at 1 fs: drift %.3e eV/atom, largest excursion %.3e eV/atom, "
-                "final T %.1f K\n", drift, worst, l.thermo("temp"));
-  EXPECT_LT(std::fabs(drift), 1e-4);
-  EXPECT_LT(worst, 1e-4);
-  EXPECT_GT(l.thermo("temp"), 100.0);    // the crystal really moved
+    std::printf("[ NVE      ] 512 Si atoms, 5 ps at 1 fs: si_local drift %.3e eV/atom, largest "
+                "excursion %.3e eV/atom, final T %.1f K; native sw %.3e and %.3e eV/atom\n",
+                model.drift, model.worst, model.temp, native.drift, native.worst);
+  // within a few times what LAMMPS's own sw does with the same integrator
+  EXPECT_LT(model.worst, 3.0 * native.worst);
+  EXPECT_LT(std::fabs(model.drift), 3.0 * native.worst);
+  EXPECT_GT(model.temp, 100.0);    // the crystal really moved
 }
 
 /* ---------------------------------------------------------------------- */

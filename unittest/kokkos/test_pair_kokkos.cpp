@@ -28,7 +28,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <set>
+#include <sstream>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 using LAMMPS_NS::LAMMPS;
@@ -297,7 +299,8 @@ TEST(KokkosCapacity, NoAllocationInSteadyStateAndGrowth)
 // si_mp2 on torch/kk with `pad_args` against growing buffers: relative
 // deviations of pe, f, virial, pe/atom, and the allocations with padding
 static std::vector<double> padded_vs_growing(const std::string &pad_args, double &changes,
-                                             const std::string &pad_model = "si_mp2.pt")
+                                             const std::string &pad_model = "si_mp2.pt",
+                                             std::string *log_text = nullptr)
 {
   const System sys{"mp", lattice("lattice diamond 5.431", 28.0855, 3, false), ""};
   const std::string coeff = "pair_coeff * * " + potentials + "/si_mp2.pt Si";
@@ -309,8 +312,20 @@ static std::vector<double> padded_vs_growing(const std::string &pad_args, double
   }
   {
     Lammps l(true);
+    // the padded run's log (its WARNINGs), one file per rank's test process
+    const std::string log =
+        ::testing::TempDir() + "/padding." + std::to_string(static_cast<long>(getpid())) + ".log";
+    if (log_text) l.cmd("log " + log);
     pad = run(l, sys, "pair_style torch " + pad_args, pad_coeff, 10);
     changes = l.capacity_changes();
+    if (log_text) {
+      l.cmd("log none");
+      std::ifstream in(log);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      *log_text = ss.str();
+      if (me == 0) std::remove(log.c_str());
+    }
   }
   const std::vector<double> d{rel(pad.pe, grow.pe), rel(pad.f, grow.f), rel(pad.virial, grow.virial),
                               rel(pad.pe_atom, grow.pe_atom)};
@@ -343,7 +358,15 @@ TEST(KokkosPadding, CompiledFixedCapacityEqualsTorchScript)
 TEST(KokkosPadding, OverflowGrowsWithWarning)
 {
   double changes = 0.0;
-  for (double v : padded_vs_growing("pad 40 100", changes)) EXPECT_LE(v, 1e-12);    // far too small
+  std::string log;
+  for (double v : padded_vs_growing("pad 40 100", changes, "si_mp2.pt", &log))
+    EXPECT_LE(v, 1e-12);    // far too small
+  // the WARNING, as LAMMPS prints it (on rank 0: the log file is rank 0's)
+  if (me == 0) {
+    EXPECT_NE(log.find("WARNING: Pair style torch/kk:"), std::string::npos) << log;
+    EXPECT_NE(log.find("do not fit 'pad 40 100'"), std::string::npos);
+    EXPECT_NE(log.find("Raise the pad values to keep the shapes fixed"), std::string::npos);
+  }
   EXPECT_GE(changes, 2.0);
   EXPECT_LE(changes, 6.0);    // grown once (with headroom), then fixed again
 }
