@@ -311,8 +311,12 @@ def run(mutants, report):
     # with --only updates its rows), in the order of the list
     fresh = {m.name: f"| {m.name} | `{m.file}` | {m.what} | `{m.killer.replace('|', '/')}` "
                      f"| {result} | {t:.0f} s |" for m, result, t in rows}
-    kept = {}
+    kept, notes = {}, ""
     if os.path.exists(report):
+        text = open(report).read()
+        # the report's hand-written notes (from "## Notes" on) are kept
+        if "\n## Notes" in text:
+            notes = text[text.index("\n## Notes"):]
         for line in open(report):
             cells = [c.strip() for c in line.split("|")]
             if len(cells) > 6 and cells[1] in {m.name for m in MUTANTS}:
@@ -328,7 +332,7 @@ def run(mutants, report):
              "| mutant | file | defect | killer | result | killer time |",
              "| --- | --- | --- | --- | --- | --- |"] + table
     with open(report, "w") as f:
-        f.write("\n".join(lines) + "\n")
+        f.write("\n".join(lines) + "\n" + notes)
     this_run = sum(1 for r in rows if r[1].startswith("killed"))
     print(f"{this_run} of {len(rows)} killed in this run; report in {report}")
     return this_run == len(rows)

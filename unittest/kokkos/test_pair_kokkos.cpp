@@ -250,6 +250,47 @@ TEST(KokkosCommittee, DeviationEqualsCpuStyle)
 }
 
 /* ----------------------------------------------------------------------
+   committee mean with torch/kk == with torch: the MD on the members' mean
+   energy and forces (10 NVE steps), which is not the first member's
+------------------------------------------------------------------------- */
+
+TEST(KokkosCommittee, MeanEqualsCpuStyle)
+{
+  double pe[2] = {0, 0}, pe0 = 0.0;
+  std::vector<double> f[2], pe_atom[2];
+  const std::string coeff =
+      "pair_coeff * * " + potentials + "/si_local.pt " + test_models + "/si_local_perturbed.pt Si";
+  for (int kokkos = 0; kokkos < 2; ++kokkos) {
+    Lammps l(kokkos == 1);
+    l.cmds(lattice("lattice diamond 5.431", 28.0855, 3, false));
+    l.cmds({"pair_style torch committee mean", coeff, "compute pa all pe/atom",
+            "dump d all custom 1 /dev/null id c_pa", "run 0 post no"});
+    if (kokkos == 0) pe0 = l.thermo("pe");
+    l.cmds({"fix md all nve", "run 10 post no"});
+    pe[kokkos] = l.thermo("pe");
+    f[kokkos] = l.gather("f", 3);
+    pe_atom[kokkos] = l.gather("c_pa", 1);
+  }
+  double pe_first = 0.0;
+  {
+    Lammps l(false);
+    l.cmds(lattice("lattice diamond 5.431", 28.0855, 3, false));
+    l.cmds({"pair_style torch committee first", coeff, "run 0 post no"});
+    pe_first = l.thermo("pe");
+  }
+  const double de = std::fabs(pe[1] - pe[0]) / std::fabs(pe[0]);
+  const double df = rel(f[1], f[0]), da = rel(pe_atom[1], pe_atom[0]);
+  if (me == 0)
+    std::printf("[ torch/kk ] committee mean on %d rank(s) vs torch: pe %.2g, forces %.2g, pe/atom "
+                "%.2g (at step 0: mean %.8g, first member %.8g)\n",
+                nprocs, de, df, da, pe0, pe_first);
+  EXPECT_GT(std::fabs(pe0 - pe_first), 1e-4 * std::fabs(pe_first));    // the mean is not member 0
+  EXPECT_LE(de, 1e-12);
+  EXPECT_LE(df, 1e-12);
+  EXPECT_LE(da, 1e-12);
+}
+
+/* ----------------------------------------------------------------------
    steady state allocates nothing; growth when atoms are added
 ------------------------------------------------------------------------- */
 
