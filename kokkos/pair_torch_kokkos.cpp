@@ -21,10 +21,12 @@
 
 #include "atom_kokkos.h"
 #include "atom_masks.h"
+#include "compute.h"
 #include "error.h"
 #include "force.h"
 #include "kokkos.h"
 #include "memory_kokkos.h"
+#include "modify.h"
 #include "neigh_list_kokkos.h"
 #include "neigh_request.h"
 #include "neighbor.h"
@@ -126,6 +128,14 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::init_style()
                       "default) or use 'package kokkos newton on neigh half' in the input");
   PairTorch::init_style();
   MLTorchLmp::kokkos_request<DeviceType>(neighbor, this);
+  // LAMMPS would stop with "Pair style does not support compute
+  // centroid/stress/atom"; say what does
+  for (const auto *c : modify->get_compute_by_style("^centroid/stress/atom"))
+    error->all(FLERR,
+               "Pair style torch/kk does not compute the atomic (centroid) virial that compute {} "
+               "(centroid/stress/atom, and compute heat/flux on it) needs; run those steps with "
+               "pair_style torch (without -sf kk), which gives it exactly for every model",
+               c->id);
 
   const int ntypes = atom->ntypes;
   for (int t = 1; t <= ntypes; ++t)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The heat-flux autocorrelation of in.heatflux and its running
 Green-Kubo integral, plotted (heatflux.png), from J0Jt.dat (the last block
-of fix ave/correlate, running average).
+of fix ave/correlate, running average) and the log (the conductivity and
+the scale in.heatflux prints).
 
   analyse.py [J0Jt.dat] [--log log.lammps] [-o heatflux.png]
 """
@@ -40,6 +41,8 @@ def main():
     steps = b[:, 1]
     acf = b[:, 3:6]
     text = open(a.log).read()
+    m = re.findall(r"Green-Kubo scale: ([0-9.eE+-]+)", text)
+    scale = float(m[-1]) if m else None
     kappa = None
     # the running integral by the trapezoid rule, as trap() in the input
     run = np.vstack([np.zeros(3), np.cumsum(0.5 * (acf[1:] + acf[:-1]), axis=0)])
@@ -63,13 +66,18 @@ def main():
     fig, ax = plt.subplots(1, 2, figsize=(10, 4))
     for k, lab in enumerate("xyz"):
         ax[0].plot(t, norm[:, k], label=f"J{lab}")
-        ax[1].plot(t, run[:, k] / max(abs(run[-1]).max(), 1e-300), label=f"k{lab}{lab}")
+        if scale is not None:
+            ax[1].plot(t, run[:, k] * scale, label=f"k{lab}{lab}")
+        else:
+            ax[1].plot(t, run[:, k] / max(abs(run[-1]).max(), 1e-300), label=f"k{lab}{lab}")
     ax[0].set_xlabel("t (ps)")
     ax[0].set_ylabel("<J(0)J(t)> / <J(0)J(0)>")
     ax[0].axhline(0, color="k", lw=0.5)
     ax[0].legend()
     ax[1].set_xlabel("t (ps)")
-    ax[1].set_ylabel("running integral (normalised)")
+    ax[1].set_ylabel("running Green-Kubo integral (W/(m K))" if scale is not None
+                     else "running integral (normalised)")
+    ax[1].legend()
     ax[1].axhline(0, color="k", lw=0.5)
     title = "si_mp2, crystalline Si: heat-flux autocorrelation"
     if kappa is not None:

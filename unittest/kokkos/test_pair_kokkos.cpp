@@ -487,6 +487,22 @@ TEST(KokkosThreads, OneOpenMPRuntimeAndOneThreadCount)
    errors a GPU run meets first, shown on the host back end
 ------------------------------------------------------------------------- */
 
+// the atomic virial of the heat flux: refused with what to use instead
+TEST(KokkosErrors, CentroidVirialNamesTheCpuStyle)
+{
+  Lammps l(true);
+  auto setup = lattice("lattice diamond 5.431", 28.0855, 2, false);
+  setup.insert(setup.end(), {"pair_style torch", "pair_coeff * * " + potentials + "/si_mp2.pt Si",
+                             "compute cv all centroid/stress/atom NULL virial",
+                             "dump d all custom 1 /dev/null id c_cv[1]", "run 0 post no"});
+  const std::string msg = l.error_of(setup);
+  EXPECT_NE(msg.find("Pair style torch/kk does not compute the atomic (centroid) virial that "
+                     "compute cv"),
+            std::string::npos)
+      << "got: " << msg;
+  EXPECT_NE(msg.find("run those steps with pair_style torch (without -sf kk)"), std::string::npos);
+}
+
 TEST(KokkosErrors, NewtonOffNamesThePackageSetting)
 {
   Lammps l(true);
