@@ -227,7 +227,10 @@ TEST_F(PairTorchErrors, BadKeywords)
   box();
   EXPECT_ERROR("Unknown pair_style torch keyword: fast", "pair_style torch fast");
   EXPECT_ERROR("Illegal pair_style torch threads value 0: must be >= 1", "pair_style torch threads 0");
-  EXPECT_ERROR("pair_style torch threads", "pair_style torch threads");
+  // LAMMPS's own wording (utils::missing_cmd_args), not a text the echo of
+  // the command line contains
+  EXPECT_ERROR("Illegal pair_style torch threads command: missing argument(s)",
+               "pair_style torch threads");
 }
 
 TEST_F(PairTorchErrors, ThreadsKeywordWorks)
