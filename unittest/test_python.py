@@ -597,6 +597,12 @@ print "RELOADED $(pe:%.15g)"
             self.assertTrue(math.isfinite(v) and v >= 0.0)
 
 
+# LAMMPS's sw labels against sw_Si.pt on positions read back from a dump of
+# 12 significant digits: measured 1.0e-12 (energy, relative), 1.2e-9 eV/A
+# (forces), 8.7e-11 (virial, of its largest); checked at about 10x
+TOL_ENERGY, TOL_FORCE, TOL_VIRIAL = 1e-11, 1e-8, 1e-9
+
+
 @unittest.skipUnless(os.environ.get("ML_TORCH_LMP"), "ML_TORCH_LMP (the lmp executable) not set")
 class ReferenceData(unittest.TestCase):
     def test_labels_match_independent_evaluation(self):
@@ -624,12 +630,21 @@ run 300
         self.assertGreaterEqual(len(frames), 12)
         self.__class__.frames = frames
         model = torch.jit.load(os.path.join(root, "potentials", "sw_Si.pt"))
+        # the dump carries positions and forces to 12 significant digits,
+        # energy and virial to 14 (TOL_*: about 10x what that leaves)
+        worst = [0.0, 0.0, 0.0]
         for f in frames:
             g = build_graph(f.pos, f.cell, np.zeros(len(f.types), dtype=np.int64), 1.8 * 2.0951, 1)
             e, forces, virial = evaluate(model, g, torch.tensor(f.pos), torch.tensor(f.cell))
-            self.assertLess(abs(float(e) - f.energy), 1e-8 * abs(f.energy))
-            self.assertLess(np.abs(forces.detach().numpy() - f.forces).max(), 1e-7)
-            self.assertLess(np.abs(virial.detach().numpy() - f.virial).max(), 1e-7)
+            worst[0] = max(worst[0], abs(float(e) - f.energy) / abs(f.energy))
+            worst[1] = max(worst[1], float(np.abs(forces.detach().numpy() - f.forces).max()))
+            worst[2] = max(worst[2], float(np.abs(virial.detach().numpy() - f.virial).max())
+                           / float(np.abs(f.virial).max()))
+        print(f"[ labels ] {len(frames)} frames: energy {worst[0]:.2e} relative, forces {worst[1]:.2e} "
+              f"eV/A, virial {worst[2]:.2e} of its largest", flush=True)
+        self.assertLess(worst[0], TOL_ENERGY)
+        self.assertLess(worst[1], TOL_FORCE)
+        self.assertLess(worst[2], TOL_VIRIAL)
 
 
     def test_training_learns_forces(self):
