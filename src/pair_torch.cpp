@@ -80,8 +80,8 @@ PairTorch::PairTorch(LAMMPS *lmp) :
   one_coeff = 1;
   manybody_flag = 1;
   no_virial_fdotr_compute = 1;
-  // the atomic (centroid) virial: set per model and halo mode in
-  // derive_halo_mode()
+  // the atomic (centroid) virial, exact for every model (compute()); a
+  // variant without it (torch/kk) turns it off in derive_halo_mode()
   centroidstressflag = CENTROID_AVAIL;
   if (lmp->citeme) lmp->citeme->add(cite_ml_torch);
 }
@@ -537,11 +537,11 @@ void PairTorch::compute(int eflag, int vflag)
   // LibTorch's thread count is per process: another torch style (a teacher)
   // may have set its own since our last step
   MLTorch::set_num_threads(torch_threads);
-  // the atomic virial of a layered model needs the exchange's ghost nodes:
-  // no fold on the steps that ask for it
-  atomic_virial_step = cvflag_atom && nlayers > 1;
-  build_graph();
-  atomic_virial_step = false;
+  // the atomic virial of a message-passing model (the edge moments) on the
+  // steps a compute asks for it; under the exchange it needs the ghost
+  // nodes, so no fold on those steps
+  const bool moments = cvflag_atom && nlayers > 1;
+  build_graph(!moments);
   if (log_ghosts) log_ghost_counts(graph_size[0]);
 
   ++ncompute;
@@ -559,10 +559,7 @@ void PairTorch::compute(int eflag, int vflag)
   model_calls[0] += 1.0;
   MLTorch::GraphInput in;
   graph_input(in);
-  // the atomic virial of a message-passing model (thick ghosts): the edge
-  // moments from the positions of the nodes whose energies count, on the
-  // steps a compute asks for it only
-  const bool moments = cvflag_atom && nlayers > 1;
+  // the edge moments need every node's position in this rank's frame
   if (moments) {
     centroid_pos.resize(3 * static_cast<std::size_t>(in.n_nodes));
     for (int64_t n = 0; n < in.n_nodes; ++n)

@@ -149,7 +149,6 @@ class PairTorch : public Pair, public TorchStudent {
   int comm_width = 0;                 // values per atom of COMM_FEATURES
   std::vector<double> halo_buf;       // [nall][comm_width] features by atom
   std::vector<double> centroid_pos;   // [nodes][3] on atomic-virial steps
-  bool atomic_virial_step = false;    // compute() builds a graph for the atomic virial
   struct HaloComm;
   std::unique_ptr<HaloComm> halo;     // the MLTorch::HaloExchange handed to the model
   MLTorch::HaloExchange *halo_exchanger() const;    // it, when this style uses the exchange
@@ -186,7 +185,8 @@ class PairTorch : public Pair, public TorchStudent {
   double time_pair = 0.0, time_model = 0.0, time_halo = 0.0;
 
   virtual void allocate();
-  void build_graph();
+  // may_fold false: the exchange's graph even where ghosts could be folded
+  void build_graph(bool may_fold = true);
   void graph_input(MLTorch::GraphInput &in) const;
   void check_finite();
   // the ERRORs of a model that throws on a step (`what`: in which

@@ -41,7 +41,7 @@ using namespace LAMMPS_NS;
    other neighbor; edges are all pairs closer than the model cutoff
 ------------------------------------------------------------------------- */
 
-void PairTorch::build_graph()
+void PairTorch::build_graph(bool may_fold)
 {
   // x is one contiguous block: x0[3 * j] saves the row pointer load per pair
   const double *x0 = atom->x[0];
@@ -97,7 +97,7 @@ void PairTorch::build_graph()
     }
   }
   edge_index.insert(edge_index.end(), edge_nbr.begin(), edge_nbr.end());
-  folded = fold_possible() && !atomic_virial_step && fold_ghosts();
+  folded = may_fold && fold_possible() && fold_ghosts();
   graph_size[0] = static_cast<double>(folded ? ncounted : node2atom.size());
   graph_size[1] = static_cast<double>(edge_nbr.size());
 }

@@ -118,29 +118,17 @@ TEST_P(Gradient, MatchesIndependentReference)
   for (int64_t a = 0; a < m; a++)
     for (int d = 0; d < 3; d++) F[3 * owner[a] + d] += nf[3 * a + d];
   // the training pass's energy, forces and virial are the MD pass's
-  // (Model::evaluate: dE/dr_ij alone, scattered here, F_i += g, F_j -= g,
-  // W = -sum r (x) g): the reference below stands on both
+  // (Model::evaluate: dE/dr_ij alone, scattered by evaluate_reference,
+  // F_i += g, F_j -= g, W = -sum r (x) g): the reference below stands on both
   {
-    MLTorch::GraphOutput md;
-    model.evaluate(in, md, false);
-    std::vector<double> f_md(3 * n, 0.0);
-    double w_md[6] = {0, 0, 0, 0, 0, 0};
-    for (int64_t k = 0; k < in.n_edges; ++k) {
-      const int64_t ci = in.edge_index[k], nj = in.edge_index[in.n_edges + k];
-      const double *g = md.edge_grad.data() + 3 * k, *r = in.edge_vectors + 3 * k;
-      for (int d = 0; d < 3; d++) {
-        f_md[3 * owner[ci] + d] += g[d];
-        f_md[3 * owner[nj] + d] -= g[d];
-      }
-      const double v[6] = {r[0] * g[0], r[1] * g[1], r[2] * g[2], r[0] * g[1], r[0] * g[2], r[1] * g[2]};
-      for (int d = 0; d < 6; d++) w_md[d] -= v[d];
-    }
+    const auto md = MLTorchTest::evaluate_reference(model, x, std::vector<int64_t>(n, 0), cell,
+                                                    {true, true, true}, 1);
     double wmax = 0.0, dw = 0.0;
     for (int d = 0; d < 6; d++) {
-      wmax = std::max(wmax, std::fabs(w_md[d]));
-      dw = std::max(dw, std::fabs(w[d] - w_md[d]));
+      wmax = std::max(wmax, std::fabs(md.virial[d]));
+      dw = std::max(dw, std::fabs(w[d] - md.virial[d]));
     }
-    const double df = max_diff(F, f_md) / max_abs(f_md);
+    const double df = max_diff(F, md.forces) / max_abs(md.forces);
     std::printf("[ gradient ] %s training pass vs MD pass: energy %.2e, forces %.2e, virial %.2e "
                 "relative\n", c.name.c_str(), std::fabs(e - md.energy) / std::fabs(md.energy), df,
                 dw / wmax);

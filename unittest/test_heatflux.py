@@ -74,26 +74,35 @@ run 0 post no
 """
 
 
+def lmp(script, np_=1):
+    """lmp on `script` on np_ MPI ranks (one OpenMP thread each): its output"""
+    cmd = [LMP, "-log", "none", "-echo", "none", "-nocite"]
+    if np_ > 1:
+        cmd = MPIEXEC.split() + ["--allow-run-as-root", "--oversubscribe", "-np", str(np_)] + cmd
+    out = subprocess.run(cmd, input=script, capture_output=True, text=True,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600)
+    if out.returncode != 0:
+        raise AssertionError(f"lmp failed ({out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+    return out.stdout
+
+
+def thermo_rows(output, n):
+    """the first n thermo rows of the first run (after its "Step PotEng" header)"""
+    text = output.splitlines()
+    k = next(i for i, l in enumerate(text) if l.split()[:2] == ["Step", "PotEng"])
+    return np.array([[float(v) for v in l.split()] for l in text[k + 1:k + 1 + n]])
+
+
 def run_lammps(model, element, np_, pair_extra="", shape="slab"):
     with tempfile.TemporaryDirectory() as tmp:
         dump = os.path.join(tmp, "cv.dump")
-        cmd = [LMP, "-log", "none", "-echo", "none", "-nocite"]
-        if np_ > 1:
-            cmd = MPIEXEC.split() + ["--allow-run-as-root", "--oversubscribe", "-np", str(np_)] + cmd
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        out = subprocess.run(cmd, input=lammps_input(model, element, pair_extra, dump, shape),
-                             capture_output=True, text=True, env=env, timeout=600)
-        if out.returncode != 0:
-            raise AssertionError(f"lmp failed ({out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+        output = lmp(lammps_input(model, element, pair_extra, dump, shape), np_)
         lines = open(dump).read().splitlines()
-    # the thermo line after "Step PE ..."
-    text = out.stdout.splitlines()
-    k = next(i for i, l in enumerate(text) if l.split()[:2] == ["Step", "PotEng"])
-    thermo = [float(v) for v in text[k + 1].split()]
+    thermo = list(thermo_rows(output, 1)[0])
     box = [[float(v) for v in lines[5 + d].split()] for d in range(3)]
     n = int(lines[3])
     data = np.array([[float(v) for v in l.split()] for l in lines[9:9 + n]])
-    return box, data, thermo, out.stdout
+    return box, data, thermo, output
 
 
 def cell_vectors(box):
@@ -272,15 +281,7 @@ thermo_modify format float %.17g
 thermo 1
 run 10 post no
 """
-        cmd = [LMP, "-log", "none", "-echo", "none", "-nocite"]
-        if np_ > 1:
-            cmd = MPIEXEC.split() + ["--allow-run-as-root", "--oversubscribe", "-np", str(np_)] + cmd
-        out = subprocess.run(cmd, input=script, capture_output=True, text=True,
-                             env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600)
-        self.assertEqual(out.returncode, 0, out.stdout[-2000:] + out.stderr[-2000:])
-        text = out.stdout.splitlines()
-        k = next(i for i, l in enumerate(text) if l.split()[:2] == ["Step", "PotEng"])
-        return np.array([[float(v) for v in l.split()] for l in text[k + 1:k + 12]])
+        return thermo_rows(lmp(script, np_), 11)
 
     def test_equal_on_ranks_and_halo_modes(self):
         ref = self.flux(1, "halo thick")
@@ -298,15 +299,6 @@ class WithFinetune(unittest.TestCase):
     """fix torch/finetune training si_mp2 (sw as the teacher) while the heat
     flux is computed on every step: its training passes leave the atomic
     virial alone, and after updates it is that of the updated model"""
-
-    def run_script(self, np_, lines):
-        cmd = [LMP, "-log", "none", "-echo", "none", "-nocite"]
-        if np_ > 1:
-            cmd = MPIEXEC.split() + ["--allow-run-as-root", "--oversubscribe", "-np", str(np_)] + cmd
-        out = subprocess.run(cmd, input="\n".join(lines) + "\n", capture_output=True, text=True,
-                             env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600)
-        self.assertEqual(out.returncode, 0, out.stdout[-2000:] + out.stderr[-2000:])
-        return out.stdout
 
     def setup(self, fix, tmp):
         sw = os.path.join(os.environ.get("LAMMPS_POTENTIALS", os.path.join(root, "build", "lammps-potentials")),
@@ -326,12 +318,6 @@ class WithFinetune(unittest.TestCase):
         return lines
 
     @staticmethod
-    def thermo(log):
-        text = log.splitlines()
-        k = next(i for i, l in enumerate(text) if l.split()[:2] == ["Step", "PotEng"])
-        return np.array([[float(v) for v in l.split()] for l in text[k + 1:k + 13]])
-
-    @staticmethod
     def last_frame(path):
         lines = open(path).read().splitlines()
         n = int(lines[3])
@@ -341,9 +327,9 @@ class WithFinetune(unittest.TestCase):
     def test_training_passes_change_nothing(self):
         for np_ in (1, 2):
             with tempfile.TemporaryDirectory() as tmp:
-                plain = self.thermo(self.run_script(np_, self.setup("", tmp)))
+                plain = thermo_rows(lmp("\n".join(self.setup("", tmp)) + "\n", np_), 12)
                 # SGD steps of 1e-300 x gradient leave every parameter bitwise
-                trained = self.thermo(self.run_script(np_, self.setup("lr 1e-300 optimizer sgd", tmp)))
+                trained = thermo_rows(lmp("\n".join(self.setup("lr 1e-300 optimizer sgd", tmp)) + "\n", np_), 12)
             dev = np.abs(trained[:, 1:] - plain[:, 1:]).max() / np.abs(plain[:, 2:]).max()
             print(f"[ heat flux ] fix torch/finetune with lr 1e-300 on {np_} rank(s): pe and J over 11 steps "
                   f"{dev:.2e} of the largest J from the run without it", flush=True)
@@ -357,7 +343,7 @@ class WithFinetune(unittest.TestCase):
                 # is the updated model's, as a fresh force call gives it
                 lines += ["variable n equal f_ft[7]", 'print "updates: ${n}"', "unfix ft", "undump d", f"dump e all custom 1 {tmp}/b.dump id c_cv[*]",
                           "dump_modify e sort id format float %.17g", "run 0 post no"]
-                log = self.run_script(np_, lines)
+                log = lmp("\n".join(lines) + "\n", np_)
                 a, b = self.last_frame(f"{tmp}/a.dump"), self.last_frame(f"{tmp}/b.dump")
             dev = np.abs(a[:, 1:] - b[:, 1:]).max() / np.abs(b[:, 1:]).max()
             print(f"[ heat flux ] after 5 updates on {np_} rank(s): atomic virial of the last step vs a "

@@ -84,7 +84,7 @@ struct GraphOutput {
   double energy = 0.0;             // sum of the energies of nodes [0, n_local)
   std::vector<double> node_energy; // [n_local] (filled when asked for)
   std::vector<double> edge_grad;   // [n_edges][3], dE/dr_ij
-  // with GraphInput::centroid_positions: [n_edges][3][3],
+  // with GraphInput::atomic_virial: [n_edges][3][3],
   //   P_e[a][b] = d/d(r_e)_b of sum_{j < n_local} x_j[a] E_j
   // (x_j the given positions, held fixed). The atomic virial of node n is
   //   W_n = sum_{e: nbr(e) = n} (P_e - x_n (x) g_e) - sum_{e: centre(e) = n} (P_e - x_n (x) g_e)
