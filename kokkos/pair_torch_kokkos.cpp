@@ -364,6 +364,7 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::compute(int eflag_
   const double t_start = platform::walltime();
   ev_init(eflag_in, vflag_in, 0);
   MLTorch::set_num_threads(torch_threads);
+  MLTorch::tensor_blocks_step();
   if (eflag_atom && (int) k_eatom.extent(0) < maxeatom) {
     memoryKK->destroy_kokkos(k_eatom, eatom);
     memoryKK->create_kokkos(k_eatom, eatom, maxeatom, "pair:eatom");

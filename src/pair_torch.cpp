@@ -537,6 +537,8 @@ void PairTorch::compute(int eflag, int vflag)
   // LibTorch's thread count is per process: another torch style (a teacher)
   // may have set its own since our last step
   MLTorch::set_num_threads(torch_threads);
+  // the tensor block cache's clock: blocks a growing system outgrew go back
+  MLTorch::tensor_blocks_step();
   // the atomic virial of a message-passing model (the edge moments) on the
   // steps a compute asks for it; under the exchange it needs the ghost
   // nodes, so no fold on those steps

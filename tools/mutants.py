@@ -245,6 +245,11 @@ MUTANTS = [
       "            cvatom[i][k] += p - x[i][ca[k]] * ge[cb[k]];",
       f"{py} ../unittest/test_heatflux.py CentroidVirial.test_message_passing_every_halo_mode",
       "the centre's moment term with the wrong sign"),
+    M("block_cache_no_sweep", "src/core/runtime.cpp",
+      "      if (++steps_ % kIdleSteps) return;\n",
+      "      if (++steps_ % kIdleSteps || true) return;\n",
+      gtest("test_pair_lammps", "TensorBlocks.*"),
+      "the tensor block cache keeps every outgrown block of a growing system"),
 ]
 
 

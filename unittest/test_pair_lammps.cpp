@@ -7,6 +7,8 @@
 
 #include "pair_fixtures.h"
 
+#include "mltorch/model.h"
+
 class NativeComparison : public ::testing::TestWithParam<System> {};
 
 TEST_P(NativeComparison, MatchesNativeStyle)
@@ -332,6 +334,34 @@ TEST(GhostPruning, MessagePassingModelBuildsFewerEdges)
     std::printf("[ pruning ] si_mp2, 216 atoms, %d rank(s): %.0f edges built, %.0f with every ghost "
                 "centre (%.1f%%)\n", nprocs, sum[0], sum[1], 100.0 * sum[0] / sum[1]);
   EXPECT_LT(sum[0], 0.8 * sum[1]);
+}
+
+/* ----------------------------------------------------------------------
+   the tensor block cache under a growing atom count (fix deposit): the
+   blocks the growing graph outgrew go back to malloc, so what the cache
+   holds stays within a few times the largest step's tensors. Run in a
+   process of its own (ctest TensorBlocksDeposit): the counts are the
+   process's
+------------------------------------------------------------------------- */
+
+TEST(TensorBlocks, DepositKeepsOnlyRecentBlocks)
+{
+  if (nprocs != 1) GTEST_SKIP() << "the block cache of one process";
+  Lammps l;
+  l.cmds({"units metal", "region box block 0 22 0 22 0 22", "create_box 1 box",
+          "create_atoms 1 random 64 4821 NULL overlap 2.3 maxtry 200", "mass 1 28.0855",
+          "pair_style torch", "pair_coeff * * " + potentials + "/si_local.pt Si",
+          "velocity all create 600 5", "fix nve all nve", "fix heat all langevin 600 600 0.1 7",
+          "fix grow all deposit 400 1 4 991 region box near 2.3 attempt 200",
+          "timestep 0.001", "thermo 0", "run 1700 post no"});
+  const auto stats = MLTorch::tensor_block_stats();
+  const double held = static_cast<double>(stats.free_bytes + stats.live_bytes);
+  std::printf("[ blocks   ] fix deposit, 64 -> %zu atoms in 1700 steps: the cache holds %.0f KB, "
+              "%.2f times the most in tensors at once (%.0f KB)\n",
+              l.natoms(), held / 1024, held / stats.peak_live_bytes, stats.peak_live_bytes / 1024.0);
+  EXPECT_EQ(l.natoms(), 464u);
+  EXPECT_GT(stats.peak_live_bytes, 0u);
+  EXPECT_LE(held, 2.5 * stats.peak_live_bytes);    // 1.65 measured; 3.29 without the sweep
 }
 
 /* ----------------------------------------------------------------------

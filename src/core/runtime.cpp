@@ -13,12 +13,15 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -94,12 +97,20 @@ namespace {
   // reuse the same blocks and the heap stops moving. LibTorch has such a
   // cache only for CUDA and, on the CPU, in its mobile builds
   // (c10::CPUCachingAllocator), not in the LibTorch that desktops and
-  // clusters use. The cache keeps the largest set of blocks that were alive
-  // at once; it never shrinks within a process.
+  // clusters use. The cache keeps the blocks that the run keeps reusing: a
+  // free block that no tensor has taken for kIdleSteps steps (the clock is
+  // tensor_blocks_step(), once per force call) goes back to malloc, so a
+  // slowly growing system (fix deposit, a growing crystal), whose tensors
+  // outgrow the headroom of the old blocks every few percent of growth,
+  // does not keep every generation of blocks: the resident size follows the
+  // working set of the last steps.
   class BlockCache final : public c10::Allocator {
    public:
     static constexpr std::size_t kHeader = 64;    // keeps c10's 64-byte alignment
     static constexpr std::size_t kSmallest = 4096;
+    // a sweep every kIdleSteps steps returns the blocks that stayed free
+    // since the sweep before: none is kept idle for more than 2 kIdleSteps
+    static constexpr std::uint64_t kIdleSteps = 64;
 
     static std::size_t size_class(std::size_t n)
     {
@@ -124,6 +135,10 @@ namespace {
           block = static_cast<char *>(it->second.back());
           it->second.pop_back();
           if (it->second.empty()) free_.erase(it);
+          const std::size_t made = header(block).size;
+          free_bytes_ -= made;
+          live_bytes_ += made;
+          peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
         }
       }
       if (!block) {
@@ -131,7 +146,12 @@ namespace {
         // downs then fit the blocks made in the first steps
         const std::size_t made = size < kSmallest ? size : size_class(n + n / 8);
         block = static_cast<char *>(c10::alloc_cpu(made + kHeader));
-        *reinterpret_cast<std::size_t *>(block) = made;
+        header(block).size = made;
+        if (made >= kSmallest) {
+          std::lock_guard<std::mutex> lock(mutex_);
+          live_bytes_ += made;
+          peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
+        }
       }
       // data and context are the same pointer, as LibTorch's raw_allocate needs
       void *data = block + kHeader;
@@ -152,23 +172,63 @@ namespace {
       return *cache;
     }
 
+    // one step of the clock; every kIdleSteps steps, the free blocks whose
+    // last release came before the previous sweep go back to malloc
+    void step()
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (++steps_ % kIdleSteps) return;
+      const std::uint64_t kept_since = sweeps_++;
+      for (auto it = free_.begin(); it != free_.end();) {
+        auto &blocks = it->second;
+        std::size_t kept = 0;
+        for (void *b : blocks) {
+          if (header(b).sweep >= kept_since) {
+            blocks[kept++] = b;
+          } else {
+            free_bytes_ -= header(b).size;
+            c10::free_cpu(b);
+          }
+        }
+        blocks.resize(kept);
+        it = blocks.empty() ? free_.erase(it) : std::next(it);
+      }
+    }
+
+    TensorBlockStats stats()
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      return {live_bytes_, free_bytes_, peak_live_bytes_};
+    }
+
    private:
+    struct Header {
+      std::size_t size;       // bytes of the block after the header
+      std::uint64_t sweep;    // the sweep count when it was last released
+    };
+    static Header &header(void *block) { return *static_cast<Header *>(block); }
+
     static void release(void *data)
     {
       if (!data) return;
       char *block = static_cast<char *>(data) - kHeader;
-      const std::size_t size = *reinterpret_cast<std::size_t *>(block);
+      const std::size_t size = header(block).size;
       if (size < kSmallest) {
         c10::free_cpu(block);
         return;
       }
       BlockCache &cache = instance();
       std::lock_guard<std::mutex> lock(cache.mutex_);
+      header(block).sweep = cache.sweeps_;
       cache.free_[size].push_back(block);
+      cache.live_bytes_ -= size;
+      cache.free_bytes_ += size;
     }
 
     std::mutex mutex_;
     std::map<std::size_t, std::vector<void *>> free_;    // block size -> free blocks
+    std::size_t live_bytes_ = 0, free_bytes_ = 0, peak_live_bytes_ = 0;
+    std::uint64_t steps_ = 0, sweeps_ = 0;
   };
 }    // namespace
 
@@ -198,6 +258,17 @@ bool cache_tensor_blocks()
 std::size_t tensor_block_class(std::size_t bytes)
 {
   return BlockCache::size_class(bytes);
+}
+
+void tensor_blocks_step()
+{
+  if (cache_tensor_blocks()) BlockCache::instance().step();
+}
+
+TensorBlockStats tensor_block_stats()
+{
+  if (!cache_tensor_blocks()) return {};
+  return BlockCache::instance().stats();
 }
 
 int get_num_threads()

@@ -257,6 +257,15 @@ long keep_large_allocations();
 bool cache_tensor_blocks();
 // the size class of a tensor of `bytes` bytes in that cache
 std::size_t tensor_block_class(std::size_t bytes);
+// the cache's clock, once per force call: a free block that no tensor took
+// for 64 to 128 calls goes back to malloc (a growing system's outgrown blocks)
+void tensor_blocks_step();
+// bytes in the cache's blocks (4 KiB and more): in tensors, free, and the
+// most ever in tensors at once; all zero when the cache is off
+struct TensorBlockStats {
+  std::size_t live_bytes = 0, free_bytes = 0, peak_live_bytes = 0;
+};
+TensorBlockStats tensor_block_stats();
 std::string libtorch_version();
 
 }    // namespace MLTorch
