@@ -250,6 +250,11 @@ MUTANTS = [
       "      if (++steps_ % kIdleSteps || true) return;\n",
       gtest("test_pair_lammps", "TensorBlocks.*"),
       "the tensor block cache keeps every outgrown block of a growing system"),
+    M("exchange_padding_uninitialised", "src/core/layered.cpp",
+      "    auto dst = forward ? torch::zeros({rows_out, width}, buf_opts) : torch::empty({rows_out, width}, buf_opts);",
+      "    auto dst = torch::empty({rows_out, width}, buf_opts);",
+      gtest("test_core", "TensorBlockCache.ExchangePaddingRowsAreZero"),
+      "the rows a host-space exchange does not write (torch/kk's padding) keep a recycled block's values"),
 ]
 
 

@@ -690,6 +690,38 @@ TEST(TensorBlockCache, GrowingSystemKeepsOnlyRecentBlocks)
   EXPECT_LE(most_held, 3.0);
 }
 
+// torch/kk's host-space exchange writes the rows of its atoms only; the
+// padding rows after them (pair_style torch/kk pad) must come out as zeros
+// even where the buffer's block last held NaNs (a NaN feature on the dummy
+// atom times its zero cutoff weight is a NaN). Here the block cache hands
+// the exchange the very block a NaN tensor just freed
+TEST(TensorBlockCache, ExchangePaddingRowsAreZero)
+{
+  ASSERT_TRUE(MLTorch::cache_tensor_blocks());
+  struct RowsOfAtomsOnly : MLTorch::HaloExchange {
+    int64_t n_atoms;
+    explicit RowsOfAtomsOnly(int64_t n) : n_atoms(n) {}
+    void forward(const double *owned, double *all, int width) override
+    {
+      for (int64_t i = 0; i < n_atoms * width; ++i) all[i] = owned[i % (2 * width)];
+    }
+    void reverse(const double *, double *, int) override {}
+  } halo(900);
+  auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  const int64_t rows = 1000, width = 16;    // 128,000 bytes: cached
+  void *poisoned = nullptr;
+  {
+    auto nan = torch::full({rows, width}, std::nan(""), f64);
+    poisoned = nan.data_ptr();
+  }
+  auto owned = torch::ones({2, width}, f64);
+  auto all = MLTorch::halo_exchange_rows(owned, &halo, rows, true, true);
+  EXPECT_EQ(all.data_ptr(), poisoned) << "the test's premise: the freed block is reused";
+  EXPECT_EQ(all.slice(0, 0, 900).sum().item<double>(), 900.0 * width);
+  EXPECT_EQ(torch::isnan(all).sum().item<int64_t>(), 0);
+  EXPECT_EQ(all.slice(0, 900).abs().sum().item<double>(), 0.0);
+}
+
 // MLTORCH_TENSOR_CACHE=0 (doc/pair_torch.rst) keeps LibTorch's allocator and
 // MKL's buffer cache; ctest TensorBlockCacheOff runs this with it set
 TEST(TensorBlockCacheOff, LibTorchAllocatorKept)

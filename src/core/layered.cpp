@@ -26,7 +26,10 @@ namespace {
     auto buf_opts = in.options().dtype(torch::kFloat64).requires_grad(false);
     if (host_buffers) buf_opts = buf_opts.device(torch::kCPU);
     auto src = in.detach().to(buf_opts.device(), torch::kFloat64).contiguous();
-    auto dst = torch::empty({rows_out, width}, buf_opts);
+    // forward(): rows the exchange does not write (torch/kk's padding rows
+    // beyond its atoms) must read as zeros, not as a recycled block's old
+    // values (a NaN there times a zero cutoff weight is a NaN)
+    auto dst = forward ? torch::zeros({rows_out, width}, buf_opts) : torch::empty({rows_out, width}, buf_opts);
     if (forward)
       halo->forward(src.data_ptr<double>(), dst.data_ptr<double>(), static_cast<int>(width));
     else

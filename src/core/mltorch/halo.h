@@ -24,6 +24,8 @@ namespace MLTorch {
 // every rank of the communicator calls them, in the same order, also a
 // rank without atoms. Buffers are row-major doubles in the memory space of
 // the graph (host, or the model's device when GraphInput::on_model_device).
+// forward() receives `all` zeroed: rows it does not know (padding beyond
+// its atoms) may be left as they are.
 class HaloExchange {
  public:
   virtual ~HaloExchange() = default;
