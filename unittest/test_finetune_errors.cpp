@@ -484,6 +484,79 @@ TEST(ReplicaErrors, ExtraRunInOnePartitionStopsWithError)
 
 // rerun invokes only end_of_step fixes: a WARNING says the fix trains
 // nothing there (read back from the log file), and it indeed makes no update
+// the log text of `lines`, written to a log file of their own
+static std::string log_of(Lammps &l, const std::vector<std::string> &lines)
+{
+  const std::string log = ::testing::TempDir() + "/warnings.log";
+  l.cmd("log " + log);
+  l.cmds(lines);
+  l.cmd("log none");
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(log.c_str());
+  return text;
+}
+
+// the WARNINGs doc/fix_torch_finetune.rst documents, each where it says:
+// a force-setting fix defined before this one
+TEST_F(FinetuneErrors, WarnsOfForceSettingFixDefinedBefore)
+{
+  if (me != 0) GTEST_SKIP();
+  base();
+  const std::string text =
+      log_of(*l, {"fix zero all setforce NULL NULL 0.0", "fix ft all torch/finetune 1 " + teacher() + " log 0",
+                  "run 1 post no"});
+  EXPECT_NE(text.find("WARNING: Fix torch/finetune: fix zero (setforce) is defined before it and sets "
+                      "forces; define fix torch/finetune first"),
+            std::string::npos)
+      << text;
+  // defined after it: no WARNING
+  l->cmds({"unfix zero", "unfix ft", "fix ft all torch/finetune 1 " + teacher() + " log 0",
+           "fix zero all setforce NULL NULL 0.0"});
+  EXPECT_EQ(log_of(*l, {"run 1 post no"}).find("is defined before it"), std::string::npos);
+}
+
+// write_restart between two updates of `accumulate`: the pending
+// configurations are not stored; the replay buffer is not restored
+TEST_F(FinetuneErrors, WarnsOfWhatRestartFilesDoNotKeep)
+{
+  if (me != 0) GTEST_SKIP();
+  const std::string file = ::testing::TempDir() + "/pending.restart";
+  base();
+  const std::string fix = "fix ft all torch/finetune 1 " + teacher() + " accumulate 3 replay 4 1 log 0";
+  std::string text = log_of(*l, {fix, "run 4 post no", "write_restart " + file});
+  // labels at steps 1..4: 3 made the first update, 1 is pending
+  EXPECT_EQ(l->fix()->updates(), 1);
+  EXPECT_NE(text.find("WARNING: Fix torch/finetune: write_restart between updates: the 1 "
+                      "configuration(s) accumulated since the last update are not stored"),
+            std::string::npos)
+      << text;
+  l = std::make_unique<Lammps>(MPI_COMM_SELF);
+  text = log_of(*l, {"read_restart " + file, "pair_style torch",
+                     "pair_coeff * * " + potentials + "/si_local.pt Si", fix});
+  EXPECT_NE(text.find("WARNING: Fix torch/finetune: the replay buffer is not kept in restart files; "
+                      "it starts empty"),
+            std::string::npos)
+      << text;
+  std::remove(file.c_str());
+}
+
+// a configuration larger than replay_memory: no replay, and a WARNING once
+TEST_F(FinetuneErrors, WarnsOnceOfConfigurationsLargerThanReplayMemory)
+{
+  if (me != 0) GTEST_SKIP();
+  base();
+  const std::string text = log_of(
+      *l, {"fix ft all torch/finetune 1 " + teacher() + " replay 4 1 replay_memory 0.001 log 0", "run 3 post no"});
+  const std::string warning = "WARNING: Fix torch/finetune: one configuration needs more than the replay "
+                              "memory bound of 0.001 MB on a rank; the replay buffer stays empty "
+                              "(raise replay_memory)";
+  const auto first = text.find(warning);
+  EXPECT_NE(first, std::string::npos) << text;
+  EXPECT_EQ(text.find(warning, first + 1), std::string::npos) << "said once";
+  EXPECT_EQ(l->fix()->updates(), 3);    // training goes on without replay
+}
+
 TEST_F(FinetuneErrors, RerunWarnsThatItTrainsNothing)
 {
   if (me != 0) GTEST_SKIP();
