@@ -765,7 +765,8 @@ void PairTorch::nonfinite_error(const std::string &where)
 /* ----------------------------------------------------------------------
    "graph_size": nodes and edges of this rank's last graph (1-dim, 2 values)
    "model_calls": this rank's force calls that ran the model and those that
-   left it to fix torch/finetune (1-dim, 2 values)
+   left it to fix torch/finetune (1-dim, 2 values); the third value counts
+   the member evaluations made for the committee deviation
 ------------------------------------------------------------------------- */
 
 void *PairTorch::extract(const char *name, int &dim)

@@ -178,8 +178,9 @@ class PairTorch : public Pair, public TorchStudent {
   std::unique_ptr<MLTorch::GraphOutput> output;
   int ncounted;    // nodes [0, ncounted) are the local atoms whose energies count
   double graph_size[2] = {0.0, 0.0};    // nodes and edges of the last graph (extract "graph_size")
-  // force calls that ran the model and that deferred it (extract "model_calls")
-  double model_calls[2] = {0.0, 0.0};
+  // force calls that ran the model and that deferred it, and the member
+  // evaluations of the committee deviation (extract "model_calls")
+  double model_calls[3] = {0.0, 0.0, 0.0};
   // wall time in compute() and in the model's evaluation since init_style()
   // (reported by finish(): what the pair style adds around the model)
   double time_pair = 0.0, time_model = 0.0, time_halo = 0.0;

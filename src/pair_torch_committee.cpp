@@ -91,8 +91,10 @@ const PairTorch::Deviation &PairTorch::committee_deviation()
       for (int m = 0; m < nm; ++m)
         if (m == 0 && !committee_mean && stamp_output == ncompute && ncompute > 0)
           member_out[0] = *output;    // this force call's member-0 output
-        else
+        else {
           members[m]->evaluate(in, member_out[m], true);
+          model_calls[2] += 1.0;
+        }
     } catch (std::exception &e) {
       model_error(e, " (committee deviation)");
     }

@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <string>
 
+#include <malloc.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -720,6 +721,29 @@ TEST(TensorBlockCache, ExchangePaddingRowsAreZero)
   EXPECT_EQ(all.slice(0, 0, 900).sum().item<double>(), 900.0 * width);
   EXPECT_EQ(torch::isnan(all).sum().item<int64_t>(), 0);
   EXPECT_EQ(all.slice(0, 900).abs().sum().item<double>(), 0.0);
+}
+
+// large blocks stay in the heap: the mmap threshold is raised to 1 GiB
+// (doc/pair_torch.rst, "Timing and memory"), so a 1 MiB block is not an
+// mmap of its own; a MALLOC_MMAP_THRESHOLD_ the user set wins (ctest
+// MallocSettingsKept sets 65536, and there the 1 MiB block is mmapped)
+TEST(MallocSettings, LargeBlocksStayInTheHeapUnlessTheUserSaysOtherwise)
+{
+  const char *user = std::getenv("MALLOC_MMAP_THRESHOLD_");
+  const long threshold = MLTorch::keep_large_allocations();
+  const std::size_t before = mallinfo2().hblkhd;
+  static void *volatile block;    // kept from the optimiser (a malloc-free pair may go)
+  block = std::malloc(1 << 20);
+  static_cast<volatile char *>(block)[0] = 1;
+  const std::size_t mapped = mallinfo2().hblkhd - before;
+  std::free(block);
+  if (user) {
+    EXPECT_EQ(threshold, 0) << "the user's MALLOC_MMAP_THRESHOLD_=" << user << " is kept";
+    EXPECT_GE(mapped, std::size_t(1) << 20);
+  } else {
+    EXPECT_EQ(threshold, 1L << 30);
+    EXPECT_EQ(mapped, 0u);
+  }
 }
 
 // MLTORCH_TENSOR_CACHE=0 (doc/pair_torch.rst) keeps LibTorch's allocator and

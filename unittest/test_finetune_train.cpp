@@ -13,6 +13,9 @@
 
 #include "finetune_fixtures.h"
 
+#include <filesystem>
+#include <functional>
+
 /* ----------------------------------------------------------------------
    2. replicas at different temperatures keep bitwise-identical parameters
 ------------------------------------------------------------------------- */
@@ -570,6 +573,207 @@ TEST(Decisions, FreezeKeepsParametersFixed)
     off += sizes[k];
   }
   EXPECT_EQ(l.fix()->last_gradient().size(), 32u * 80 + 32 + 32 * 32 + 32);
+}
+
+/* ----------------------------------------------------------------------
+   the optimizers, schedules, momentum and clipping as the fix applies them:
+   each update's parameter change against the textbook formula evaluated on
+   the update's own gradient (the probe's last_gradient(), before clipping),
+   with the learning rate of output 6 and the norm of output 5
+------------------------------------------------------------------------- */
+
+namespace {
+struct Update {
+  std::vector<std::vector<double>> before, after;    // per member
+  std::vector<double> grad;                          // all members, model order
+  double lr, gnorm;
+};
+
+// `n` updates of fix torch/finetune `args` (every step), one run each
+std::vector<Update> updates_of(const std::string &args, int n, const std::string &files = student)
+{
+  Lammps l(MPI_COMM_WORLD);
+  l.cmds(silicon(2, 5, "ortho"));
+  l.cmds({"velocity all create 900 4928 loop geom", "pair_style torch", "pair_coeff * * " + files + " Si",
+          "fix md all nve", "fix ft all torch/finetune 1 " + teacher() + " log 0 " + args});
+  auto members = [&] {
+    std::vector<std::vector<double>> p;
+    for (int m = 0; m < l.fix()->member_count(); ++m) {
+      // the parameters (all trainable here) come first, then the buffers
+      const auto *model = l.fix()->member(m);
+      EXPECT_EQ(model->num_trainable(), model->num_parameters());
+      const std::string b = model->state_bytes();
+      p.emplace_back(model->num_parameters());
+      std::memcpy(p.back().data(), b.data(), p.back().size() * sizeof(double));
+    }
+    return p;
+  };
+  std::vector<Update> u;
+  for (int k = 0; k < n; ++k) {
+    Update up;
+    up.before = members();
+    l.cmd("run 1 post no");
+    up.after = members();
+    up.grad = l.fix()->last_gradient();
+    up.lr = l.fix()->compute_vector(5);
+    up.gnorm = l.fix()->compute_vector(4);
+    EXPECT_EQ(l.fix()->updates(), k + 1);
+    u.push_back(std::move(up));
+  }
+  return u;
+}
+
+double worst_step_error = 0.0;    // reported by each test
+
+double norm(const std::vector<double> &v, std::size_t off = 0, std::size_t n = 0)
+{
+  if (n == 0) n = v.size() - off;
+  double s = 0.0;
+  for (std::size_t k = off; k < off + n; ++k) s += v[k] * v[k];
+  return std::sqrt(s);
+}
+
+// largest |after - before - want| over the largest |want|, less the
+// rounding of the parameter itself (after = before + step, rounded to
+// half an ulp of the parameter, which is large beside small steps)
+double step_error(const Update &u, const std::function<double(std::size_t, double)> &want, int m = 0,
+                  std::size_t off = 0)
+{
+  const auto &b = u.before[m], &a = u.after[m];
+  double err = 0.0, scale = 0.0;
+  for (std::size_t k = 0; k < b.size(); ++k) {
+    const double w = want(off + k, b[k]);
+    const double rounding = 1.2e-16 * std::max(std::fabs(a[k]), std::fabs(b[k]));
+    err = std::max(err, std::fabs(a[k] - b[k] - w) - rounding);
+    scale = std::max(scale, std::fabs(w));
+  }
+  EXPECT_GT(scale, 0.0);
+  worst_step_error = std::max(worst_step_error, err / scale);
+  return err / scale;
+}
+}    // namespace
+
+TEST(Optimizers, SgdSchedulesAndMomentum)
+{
+  if (nprocs > 1) GTEST_SKIP() << "one process";
+  worst_step_error = 0.0;
+  const double lr = 1e-3;
+  // the schedules' learning rates, update u = 0, 1, ...
+  struct Case {
+    std::string args;
+    std::function<double(int)> lr_of;
+  };
+  const std::vector<Case> cases{
+      {"schedule exp 0.5", [&](int u) { return lr * std::pow(0.5, u); }},
+      {"schedule step 2 0.1", [&](int u) { return lr * std::pow(0.1, u / 2); }},
+      {"schedule cosine 3 1e-4",
+       [&](int u) { return u >= 3 ? 1e-4 : 1e-4 + 0.5 * (lr - 1e-4) * (1 + std::cos(M_PI * u / 3.0)); }}};
+  for (const auto &c : cases) {
+    const auto ups = updates_of("optimizer sgd lr 1e-3 " + c.args, 5);
+    ASSERT_EQ(ups[0].grad.size(), ups[0].before[0].size()) << "every parameter trained";
+    for (int u = 0; u < 5; ++u) {
+      EXPECT_NEAR(ups[u].lr, c.lr_of(u), 1e-18) << c.args << " update " << u;
+      EXPECT_NEAR(ups[u].gnorm, norm(ups[u].grad), 1e-12 * ups[u].gnorm);
+      // plain SGD: p -= lr g
+      const double e = step_error(ups[u], [&](std::size_t k, double) { return -c.lr_of(u) * ups[u].grad[k]; });
+      EXPECT_LE(e, 1e-14) << c.args << " update " << u;
+    }
+  }
+  // momentum mu (PyTorch's SGD, no dampening): b = mu b + g, p -= lr b
+  const double mu = 0.9;
+  const auto ups = updates_of("optimizer sgd lr 1e-3 momentum 0.9", 3);
+  std::vector<double> b(ups[0].grad.size(), 0.0);
+  for (int u = 0; u < 3; ++u) {
+    for (std::size_t k = 0; k < b.size(); ++k) b[k] = (u == 0 ? 0.0 : mu * b[k]) + ups[u].grad[k];
+    EXPECT_LE(step_error(ups[u], [&](std::size_t k, double) { return -lr * b[k]; }), 1e-14) << "update " << u;
+  }
+  const double worst = worst_step_error;
+  // the same updates without the momentum term are another trajectory
+  EXPECT_GT(step_error(ups[2], [&](std::size_t k, double) { return -lr * ups[2].grad[k]; }), 0.1);
+  std::printf("[ optim    ] sgd, 3 schedules and momentum: step vs formula %.1e\n", worst);
+}
+
+TEST(Optimizers, AdamAndAdamWFollowTheirFormulas)
+{
+  if (nprocs > 1) GTEST_SKIP() << "one process";
+  worst_step_error = 0.0;
+  const double lr = 1e-3, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.01;
+  for (const std::string kind : {"adam", "adamw"}) {
+    const auto ups = updates_of("optimizer " + kind + " lr 1e-3 weight_decay 0.01", 3);
+    const std::size_t n = ups[0].grad.size();
+    std::vector<double> m(n, 0.0), v(n, 0.0);
+    for (int u = 0; u < 3; ++u) {
+      const auto &up = ups[u];
+      const double bc1 = 1 - std::pow(b1, u + 1), bc2 = 1 - std::pow(b2, u + 1);
+      const double e = step_error(up, [&](std::size_t k, double p) {
+        // adam: L2 decay added to the gradient; adamw: decoupled, p *= 1 - lr wd first
+        const double g = up.grad[k] + (kind == "adam" ? wd * p : 0.0);
+        m[k] = b1 * m[k] + (1 - b1) * g;
+        v[k] = b2 * v[k] + (1 - b2) * g * g;
+        const double q = kind == "adamw" ? p * (1 - lr * wd) : p;
+        return q - (lr / bc1) * m[k] / (std::sqrt(v[k]) / std::sqrt(bc2) + eps) - p;
+      });
+      EXPECT_LE(e, 1e-13) << kind << " update " << u;
+    }
+  }
+  std::printf("[ optim    ] adam, adamw with weight decay: step vs formula %.1e\n", worst_step_error);
+}
+
+TEST(Optimizers, ClipScalesEachMemberByItsOwnNorm)
+{
+  if (nprocs > 1) GTEST_SKIP() << "one process";
+  worst_step_error = 0.0;
+  const double lr = 1e-3, clip = 1e-4;
+  // PyTorch's clip_grad_norm_: g * clip / (|g| + 1e-6) where |g| > clip
+  const auto one = updates_of("optimizer sgd lr 1e-3 clip 1e-4", 2);
+  for (const auto &up : one) {
+    const double g = norm(up.grad);
+    ASSERT_GT(g, 10 * clip);
+    EXPECT_NEAR(up.gnorm, g, 1e-12 * g) << "output 5: the norm before clipping";
+    EXPECT_LE(step_error(up, [&](std::size_t k, double) { return -lr * up.grad[k] * clip / (g + 1e-6); }), 1e-14);
+  }
+  // a committee: each member clipped by its own gradient's norm
+  const auto two = updates_of("optimizer sgd lr 1e-3 clip 1e-4", 2, committee_files());
+  for (const auto &up : two) {
+    ASSERT_EQ(up.before.size(), 2u);
+    const std::size_t n0 = up.before[0].size();
+    const double g0 = norm(up.grad, 0, n0), g1 = norm(up.grad, n0);
+    EXPECT_GT(std::fabs(g0 - g1), 1e-3 * g0) << "the members' norms differ";
+    EXPECT_NEAR(up.gnorm, g0, 1e-12 * g0) << "output 5: the first member's norm";
+    for (int m = 0; m < 2; ++m) {
+      const double gm = m == 0 ? g0 : g1;
+      EXPECT_LE(step_error(up, [&](std::size_t k, double) { return -lr * up.grad[k] * clip / (gm + 1e-6); }, m,
+                           m == 0 ? 0 : n0),
+                1e-14)
+          << "member " << m;
+    }
+  }
+  std::printf("[ optim    ] clip, one model and each committee member: step vs formula %.1e\n",
+              worst_step_error);
+}
+
+// committee save: the first member to the file, member k to file.ck.pt,
+// each the member's current parameters
+TEST(Learn, CommitteeSaveWritesEveryMember)
+{
+  if (nprocs > 1) GTEST_SKIP() << "one process";
+  const std::string dir = ::testing::TempDir() + "/committee_save";
+  std::filesystem::create_directories(dir);
+  Lammps l(MPI_COMM_WORLD);
+  l.cmds(silicon(2, 5, "ortho"));
+  l.cmds({"pair_style torch", "pair_coeff * * " + committee_files() + " Si", "fix md all nve",
+          "fix ft all torch/finetune 1 " + teacher() + " log 0 save 2 " + dir + "/si.pt", "run 3 post no"});
+  ASSERT_EQ(l.fix()->member_count(), 2);
+  const std::string files[2] = {dir + "/si.pt", dir + "/si.c1.pt"};
+  for (int m = 0; m < 2; ++m) {
+    ASSERT_TRUE(std::filesystem::exists(files[m])) << files[m];
+    MLTorch::Model saved(MLTorch::read_file(files[m]), files[m], "cpu");
+    EXPECT_EQ(saved.state_bytes(), l.fix()->member(m)->state_bytes()) << files[m];
+  }
+  // the members differ: each file holds its own member
+  EXPECT_NE(l.fix()->member(0)->state_bytes(), l.fix()->member(1)->state_bytes());
+  EXPECT_FALSE(std::filesystem::exists(dir + "/si.c2.pt"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Decisions, SkipAndRollbackAreCollective)

@@ -118,6 +118,23 @@ TEST_F(PairTorchErrors, CommitteeMembersMustMatch)
                "/morse_Cu.pt Ar");
 }
 
+// the other properties one graph must share: cutoff and depth
+TEST_F(PairTorchErrors, CommitteeMembersMustShareCutoffAndDepth)
+{
+  box("metal");
+  EXPECT_ERROR("committee member 2 (" + test_models + "/si_short_cutoff.pt) does not match member 1 (" +
+                   potentials + "/si_local.pt): cutoff ",
+               "pair_style torch",
+               "pair_coeff * * " + potentials + "/si_local.pt " + test_models + "/si_short_cutoff.pt Si");
+  cmd("clear");
+  box("metal");
+  EXPECT_ERROR("committee member 2 (" + test_models + "/si_mp4_layered.pt) does not match member 1 (" +
+                   potentials + "/si_mp2.pt): 2 vs 4 interaction layers; a committee needs models of "
+                   "the same elements, units, cutoff and depth",
+               "pair_style torch",
+               "pair_coeff * * " + potentials + "/si_mp2.pt " + test_models + "/si_mp4_layered.pt Si");
+}
+
 TEST_F(PairTorchErrors, CommitteeMisspeltElementIsReadAsAFile)
 {
   box("metal");

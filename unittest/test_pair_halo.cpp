@@ -7,6 +7,8 @@
 
 #include "pair_fixtures.h"
 
+#include "comm.h"
+
 #include <algorithm>
 
 /* ----------------------------------------------------------------------
@@ -337,6 +339,24 @@ TEST(HaloFiniteDifferences, ForcesAreEnergyDerivatives)
    thick ghosts grow with it; the log says which is used
 ------------------------------------------------------------------------- */
 
+// thick ghosts raise the ghost cutoff to L cutoffs plus the skin, and keep
+// a user's larger comm_modify cutoff (doc/pair_torch.rst)
+TEST(HaloGhosts, LargerUserGhostCutoffKept)
+{
+  auto ghost_cutoff = [](const std::string &user) {
+    Lammps l;
+    l.cmds(crystal("lattice diamond 5.431", 28.0855, false, 2));
+    if (!user.empty()) l.cmd("comm_modify cutoff " + user);
+    l.cmds({"pair_style torch halo thick", "pair_coeff * * " + mp2 + " Si", "run 0 post no"});
+    return std::make_pair(l.lmp->comm->cutghostuser, l.lmp->force->pair->cutforce);
+  };
+  const auto [raised, rc] = ghost_cutoff("");
+  const double skin = 2.0;    // metal units' default
+  EXPECT_NEAR(raised, 2 * rc + skin, 1e-12);
+  EXPECT_EQ(ghost_cutoff("5.0").first, raised);    // a smaller user setting is raised
+  EXPECT_EQ(ghost_cutoff("25.0").first, 25.0);     // a larger one is kept
+}
+
 TEST(HaloGhosts, OneCutoffOfGhostsWhateverTheDepth)
 {
   auto ghosts = [](const std::string &style, const std::string &model) {
@@ -491,6 +511,66 @@ TEST_P(Committee, DeviationEqualsIndependentEvaluation)
     EXPECT_NEAR(pv, p_want, 1e-9 * std::fabs(p_want)) << c.name << " " << mode;
     report(c.name + " " + mode + " energy vs reference", std::fabs(pe - e_want) / std::fabs(e_want));
   }
+}
+
+// a group other than all: the per-atom column is the all-group column in
+// the group and 0 outside it, outputs 1-6 are its statistics over the
+// group's atoms, outputs 7-10 (energy and virial) are the whole system's
+TEST(CommitteeDeviation, GroupRestrictsPerAtomOutputs)
+{
+  Lammps l;
+  l.cmds(crystal("lattice diamond 5.431", 28.0855, false, 2));
+  l.cmds({"pair_style torch", "pair_coeff * * " + potentials + "/si_crystal_c0.pt " + potentials +
+              "/si_crystal_c1.pt " + potentials + "/si_crystal_c2.pt Si",
+          "group half id <= 24", "compute all all torch/deviation", "compute half half torch/deviation",
+          "thermo_style custom step pe c_all[1] c_half[1]", "run 0 post no"});
+  const auto all = l.gather("c_all", 2), half = l.gather("c_half", 2);
+  const auto va = l.compute_vector("all", 10), vh = l.compute_vector("half", 10);
+  const std::size_t n = l.natoms(), in = 24;
+  ASSERT_EQ(n, 64u);
+  double want[6] = {-1, 1e300, 0, -1, 1e300, 0};
+  for (std::size_t i = 0; i < n; ++i)    // atom-ID order: IDs 1..24 are the group
+    for (int c = 0; c < 2; ++c) {
+      if (i < in) {
+        EXPECT_EQ(half[2 * i + c], all[2 * i + c]) << "atom " << i + 1;
+        want[3 * c] = std::max(want[3 * c], all[2 * i + c]);
+        want[3 * c + 1] = std::min(want[3 * c + 1], all[2 * i + c]);
+        want[3 * c + 2] += all[2 * i + c] / in;
+      } else {
+        EXPECT_EQ(half[2 * i + c], 0.0) << "atom " << i + 1;
+      }
+    }
+  for (int k = 0; k < 6; ++k) EXPECT_NEAR(vh[k], want[k], 1e-14 * std::fabs(want[k])) << "output " << k + 1;
+  for (int k = 6; k < 10; ++k) EXPECT_EQ(vh[k], va[k]) << "output " << k + 1;
+  // the group's statistics are not the system's
+  EXPECT_NE(vh[0] == va[0] && vh[1] == va[1], true);
+  EXPECT_GT(want[0], 0.0);
+}
+
+// the members run only on the steps whose output asks for a deviation,
+// once per step however many computes, dumps and thermo columns ask;
+// with committee mean every force call has them already
+TEST(CommitteeDeviation, MembersEvaluatedOncePerStepThatAsks)
+{
+  const std::string files = potentials + "/si_crystal_c0.pt " + potentials + "/si_crystal_c1.pt " +
+      potentials + "/si_crystal_c2.pt Si";
+  const std::string dump = ::testing::TempDir() + "/deviation.dump";
+  for (const std::string mode : {"first", "mean"}) {
+    Lammps l;
+    l.cmds(crystal("lattice diamond 5.431", 28.0855, false, 2));
+    l.cmds({"pair_style torch committee " + mode, "pair_coeff * * " + files,
+            "compute dev1 all torch/deviation", "compute dev2 all torch/deviation relative 1.0",
+            "thermo_style custom step pe c_dev1[1] c_dev2[1] c_dev1[8]", "thermo 5",
+            "dump d all custom 5 " + dump + " id c_dev1[1] c_dev2[2]", "fix nve all nve",
+            "run 10 post no"});
+    int dim = 0;
+    const auto *calls = static_cast<double *>(l.lmp->force->pair->extract("model_calls", dim));
+    ASSERT_NE(calls, nullptr);
+    EXPECT_EQ(calls[0], 11.0) << mode;    // steps 0-10
+    // steps 0, 5, 10 ask; member 0 is the force call's own model
+    EXPECT_EQ(calls[2], mode == "first" ? 3.0 * 2 : 0.0) << mode;
+  }
+  std::remove(dump.c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -7,7 +7,7 @@
 
 #include "pair_fixtures.h"
 
-#include "mltorch/model.h"
+#include "comm.h"
 
 class NativeComparison : public ::testing::TestWithParam<System> {};
 
@@ -394,6 +394,18 @@ TEST(Settings, ReissuedPairStyleTakesNewThreads)
     unsetenv("OMP_NUM_THREADS");
   l.cmds({"pair_style torch", "run 0 post no"});
   EXPECT_EQ(MLTorch::get_num_threads(), before ? std::atoi(saved.c_str()) : 1);
+  // the thread count LAMMPS was given wins over OMP_NUM_THREADS: -pk omp N
+  // (the OPENMP package, not in this build) and -k on t N (ctest
+  // KokkosCurrent, KokkosThreads.*) set comm->nthreads, set here by hand
+  setenv("OMP_NUM_THREADS", "3", 1);
+  l.lmp->comm->nthreads = 2;
+  l.cmds({"pair_style torch", "run 0 post no"});
+  EXPECT_EQ(MLTorch::get_num_threads(), 2);
+  l.lmp->comm->nthreads = 1;
+  if (before)
+    setenv("OMP_NUM_THREADS", saved.c_str(), 1);
+  else
+    unsetenv("OMP_NUM_THREADS");
 }
 
 int main(int argc, char **argv)
