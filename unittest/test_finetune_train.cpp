@@ -922,5 +922,5 @@ TEST(Gated, UnevenReplicasEqualOneProcess)
               "%.3g (max relative), |g|max %.4g\n",
               nprocs, nlabels, dev, max_abs(g_ref));
   EXPECT_GT(max_abs(g_ref), 1e-3);
-  EXPECT_LE(dev, 1e-12);
+  EXPECT_LE(dev, 1e-14);    // doc/fix_torch_finetune.rst; measured 2.1e-16 (2 replicas), 6.8e-16 (4)
 }

@@ -1032,7 +1032,8 @@ class SevenNetFinetune(unittest.TestCase):
                 worst, where = d, f" in {k}: {float(got.abs().max()):.3g} vs {float(want.abs().max()):.3g}"
         print(f"\n{what}: loss {self.loss:.6g}, largest gradient {scale:.3g}, "
               f"largest difference {worst:.2g} ({worst / scale:.2g} relative){where}")
-        self.assertLess(worst / scale, 1e-10, what)
+        # doc/fix_torch_finetune.rst and doc/models.md: 1e-13 (measured 1.1e-14)
+        self.assertLess(worst / scale, 1e-13, what)
 
     def test_gradient_equals_python_on_1_and_2_ranks(self):
         for ranks in (1, 2):

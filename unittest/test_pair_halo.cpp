@@ -485,20 +485,21 @@ TEST_P(Committee, DeviationEqualsIndependentEvaluation)
     const double dv = max_rel_dev(vec, ref_vec);
     report(c.name + " " + mode + " per-atom deviation", dd);
     report(c.name + " " + mode + " deviation statistics", dv);
-    EXPECT_LE(dd, 1e-10);
-    EXPECT_LE(dv, 1e-10);
+    // doc/compute_torch_deviation.rst: 1e-13 (measured up to 2.9e-14, 1 and 4 ranks)
+    EXPECT_LE(dd, 1e-13);
+    EXPECT_LE(dv, 1e-13);
     // a committee that agrees would make the check empty
     EXPECT_GE(ref_vec[0], 1e-3) << "members agree too closely for a meaningful test";
     const double df = max_rel_dev(f, mode == "mean" ? fmean : forces[0]);
     report(c.name + " " + mode + " MD forces vs reference", df);
-    EXPECT_LE(df, 1e-10);
+    EXPECT_LE(df, 1e-14);    // measured up to 1.9e-15
     // the MD energy and pressure: the mean's with 'committee mean', the
     // first member's otherwise (the members' energies differ by more than
     // the tolerance, so a mean that reported member 0's would fail)
     const double pe = l.thermo("pe");
     const double e_want = mode == "mean" ? emean : etot[0];
     EXPECT_GT(std::fabs(etot[0] - emean), 1e-6 * std::fabs(emean));
-    EXPECT_NEAR(pe, e_want, 1e-10 * std::fabs(e_want)) << c.name << " " << mode;
+    EXPECT_NEAR(pe, e_want, 1e-14 * std::fabs(e_want)) << c.name << " " << mode;    // measured 2.1e-16
     double w_want = 0.0;
     for (int m = 0; m < nm; ++m)
       if (mode == "mean" || m == 0) w_want += (wtot[9 * m] + wtot[9 * m + 4] + wtot[9 * m + 8]) /

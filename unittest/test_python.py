@@ -737,8 +737,9 @@ print "REL $(c_rel[1]:%.17g) $(c_rel[2]:%.17g) $(c_rel[3]:%.17g) $(c_rel[8]:%.17
             print(f"\n  {np_} rank(s): per-atom deviation vs Python {d_atom:.2g}, statistics {d_vec:.2g} "
                   f"(max devi_f {ref[0]:.4f} eV/A)", file=sys.stderr)
             self.assertGreater(ref[0], 0.01)
-            self.assertLess(d_atom, 1e-10)
-            self.assertLess(d_vec, 1e-10)
+            # doc/compute_torch_deviation.rst; measured 1.4e-15 and 1.0e-13 (1 rank)
+            self.assertLess(d_atom, 1e-14)
+            self.assertLess(d_vec, 1e-12)
             # DeePMD-kit's relative forms (calc_model_devi_f/_v with relative=level):
             # devi_f / (|<F>| + level), devi_v / (|<virial / N>| + level)
             rel = np.array([float(w) for w in out.stdout.split("REL ")[1].split()[:6]])
@@ -747,7 +748,7 @@ print "REL $(c_rel[1]:%.17g) $(c_rel[2]:%.17g) $(c_rel[3]:%.17g) $(c_rel[8]:%.17
             ref_rel = np.array([rf.max(), rf.min(), rf.mean(), rv.max(), rv.min(), np.linalg.norm(rv) / 3])
             d_rel = np.max(np.abs(rel - ref_rel) / np.abs(ref_rel))
             print(f"  relative forms vs Python {d_rel:.2g}", file=sys.stderr)
-            self.assertLess(d_rel, 1e-10)
+            self.assertLess(d_rel, 5e-13)    # measured 5.1e-14
             if np_ != 1:
                 continue
             # the doc's model_devi.out recipe, run as written (no integrator: the
