@@ -245,8 +245,9 @@ TEST(KokkosCommittee, DeviationEqualsCpuStyle)
     std::printf("[ torch/kk ] committee deviation on %d rank(s) vs torch: per atom %.2g, "
                 "statistics %.2g (max devi_f %.4g)\n", nprocs, dd, dv, vec[0][0]);
   EXPECT_GT(vec[0][0], 1e-3);
-  EXPECT_LE(dd, 1e-12);
-  EXPECT_LE(dv, 1e-12);
+  // doc/compute_torch_deviation.rst: 1e-13 (measured 1.9e-14 per atom, 4.4e-15 statistics)
+  EXPECT_LE(dd, 1e-13);
+  EXPECT_LE(dv, 1e-13);
 }
 
 /* ----------------------------------------------------------------------
