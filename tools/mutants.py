@@ -273,6 +273,21 @@ MUTANTS = [
       "impl->params, torch::optim::AdamOptions(s.lr).betas({s.beta1, s.beta2}).eps(1e-3 * s.lr)",
       gtest("test_finetune", "Optimizers.AdamAndAdamWFollowTheirFormulas"),
       "Adam's eps not the documented 1e-8"),
+    M("deviation_group_ignored", "src/compute_torch_deviation.cpp",
+      "    if (!(mask[i] & groupbit) || pair->species_of_type(type[i]) < 0) continue;",
+      "    if (pair->species_of_type(type[i]) < 0) continue;",
+      gtest("test_pair_lammps", "CommitteeDeviation.GroupRestrictsPerAtomOutputs"),
+      "compute torch/deviation's statistics over all atoms whatever the group"),
+    M("deviation_members_every_call", "src/pair_torch_committee.cpp",
+      "  if (stamp_members != ncompute || ncompute == 0) {",
+      "  if (true) {",
+      gtest("test_pair_lammps", "CommitteeDeviation.MembersEvaluatedOncePerStepThatAsks"),
+      "the members evaluated again by every compute that asks on a step"),
+    M("user_ghost_cutoff_lowered", "src/pair_torch.cpp",
+      "    if (comm->cutghostuser < cutghost_model) {",
+      "    if (comm->cutghostuser != cutghost_model) {",
+      gtest("test_pair_lammps", "HaloGhosts.LargerUserGhostCutoffKept"),
+      "thick ghosts lower a user's larger comm_modify cutoff"),
 ]
 
 
