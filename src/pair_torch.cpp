@@ -580,60 +580,15 @@ void PairTorch::compute(int eflag, int vflag)
   if (eflag_atom)
     for (int n = 0; n < ncounted; n++) eatom[node2atom[n]] += output->node_energy[n];
 
-  // F_i += g_ij, F_j -= g_ij; virial W = -sum r_ij (x) g_ij, split half/half
-  // per atom (compute stress/atom); the atomic virial (compute
-  // centroid/stress/atom) as doc/pair_torch.rst derives it
-  double *f0 = atom->f[0];    // one contiguous block
-  double **x = atom->x;
-  const double *pm = moments ? output->edge_moment.data() : nullptr;
-  const double *g = output->edge_grad.data();
-  const double *r = edge_vec.data();
-  const int64_t nedges = in.n_edges;
-  const bool do_virial = vflag_global || vflag_atom || cvflag_atom;
-  for (int64_t e = 0; e < nedges; e++) {
-    const int i = node2atom[edge_index[e]];
-    const int j = node2atom[edge_nbr[e]];
-    const double *ge = g + 3 * e;
-    const double *re = r + 3 * e;
-    double *fi = f0 + 3 * i, *fj = f0 + 3 * j;
-    fi[0] += ge[0];
-    fi[1] += ge[1];
-    fi[2] += ge[2];
-    fj[0] -= ge[0];
-    fj[1] -= ge[1];
-    fj[2] -= ge[2];
-    if (do_virial) {
-      const double v[6] = {-re[0] * ge[0], -re[1] * ge[1], -re[2] * ge[2],
-                           -re[0] * ge[1], -re[0] * ge[2], -re[1] * ge[2]};
-      if (vflag_global)
-        for (int k = 0; k < 6; k++) virial[k] += v[k];
-      if (vflag_atom)
-        for (int k = 0; k < 6; k++) {
-          vatom[i][k] += 0.5 * v[k];
-          vatom[j][k] += 0.5 * v[k];
-        }
-      if (cvflag_atom) {
-        // LAMMPS's order of the full tensor: xx yy zz xy xz yz yx zx zy,
-        // component (a, b) = position a, derivative b
-        static constexpr int ca[9] = {0, 1, 2, 0, 0, 1, 1, 2, 2};
-        static constexpr int cb[9] = {0, 1, 2, 1, 2, 2, 0, 0, 1};
-        if (!pm) {
-          // strictly local: edge e enters only its centre's energy E_i, so
-          // dE_i/dx_j = g_ij and W_j += (x_i - x_j) (x) g_ij = -r_ij (x) g_ij,
-          // on the neighbour j (the centre's own term is (x_i - x_i) = 0)
-          for (int k = 0; k < 9; k++) cvatom[j][k] -= re[ca[k]] * ge[cb[k]];
-        } else {
-          // W_j += P_e - x_j (x) g_e, W_i -= P_e - x_i (x) g_e
-          const double *P = pm + 9 * e;
-          for (int k = 0; k < 9; k++) {
-            const double p = P[3 * ca[k] + cb[k]];
-            cvatom[j][k] += p - x[j][ca[k]] * ge[cb[k]];
-            cvatom[i][k] -= p - x[i][ca[k]] * ge[cb[k]];
-          }
-        }
-      }
-    }
-  }
+  // forces, and the virial tallies this step asks for (scatter_edges)
+  EdgeTallies tallies;
+  tallies.virial = vflag_global ? virial : nullptr;
+  tallies.vatom = vflag_atom ? vatom : nullptr;
+  tallies.cvatom = cvflag_atom ? cvatom : nullptr;
+  tallies.moments = moments ? output->edge_moment.data() : nullptr;
+  tallies.x = atom->x;
+  const bool tally = vflag_global || vflag_atom || cvflag_atom;
+  scatter_edges(output->edge_grad.data(), atom->f[0], 3, tally ? &tallies : nullptr);
   time_pair += platform::walltime() - t_start;
 }
 

@@ -185,6 +185,16 @@ class PairTorch : public Pair, public TorchStudent {
   // (reported by finish(): what the pair style adds around the model)
   double time_pair = 0.0, time_model = 0.0, time_halo = 0.0;
 
+  // the virial tallies of an MD force call (scatter_edges); null: not asked
+  struct EdgeTallies {
+    double *virial = nullptr;           // global, 6 components
+    double **vatom = nullptr;           // compute stress/atom
+    double **cvatom = nullptr;          // compute centroid/stress/atom, 9 components
+    const double *moments = nullptr;    // GraphOutput::edge_moment of a message-passing model
+    double **x = nullptr;               // positions, with moments
+  };
+  void scatter_edges(const double *edge_grad, double *dst, int stride, const EdgeTallies *t) const;
+
   virtual void allocate();
   // may_fold false: the exchange's graph even where ghosts could be folded
   void build_graph(bool may_fold = true);

@@ -218,19 +218,69 @@ void PairTorch::training_graph(MLTorch::GraphInput &in)
   graph_input(in);
 }
 
-/* ---------------------------------------------------------------------- */
+/* ----------------------------------------------------------------------
+   the force scatter of the current graph, written once for this back end
+   (the MD force call, the committee's member forces and the fix's forces
+   of an updated model all use it): F_i += g_ij, F_j -= g_ij for edge ij
+   (centre i, neighbour j) into rows of `stride` doubles of dst. With
+   tallies (the MD force call), the virial W = -sum r_ij (x) g_ij, split
+   half and half per atom (compute stress/atom), and the atomic virial
+   (compute centroid/stress/atom) as doc/pair_torch.rst derives it
+------------------------------------------------------------------------- */
+
+void PairTorch::scatter_edges(const double *g, double *dst, int stride, const EdgeTallies *t) const
+{
+  const std::size_t nedges = edge_nbr.size();
+  const double *r = edge_vec.data();
+  for (std::size_t e = 0; e < nedges; ++e) {
+    const int i = node2atom[edge_index[e]];
+    const int j = node2atom[edge_nbr[e]];
+    const double *ge = g + 3 * e;
+    double *fi = dst + static_cast<std::size_t>(i) * stride;
+    double *fj = dst + static_cast<std::size_t>(j) * stride;
+    for (int k = 0; k < 3; ++k) {
+      fi[k] += ge[k];
+      fj[k] -= ge[k];
+    }
+    if (!t) continue;
+    const double *re = r + 3 * e;
+    const double v[6] = {-re[0] * ge[0], -re[1] * ge[1], -re[2] * ge[2],
+                         -re[0] * ge[1], -re[0] * ge[2], -re[1] * ge[2]};
+    if (t->virial)
+      for (int k = 0; k < 6; k++) t->virial[k] += v[k];
+    if (t->vatom)
+      for (int k = 0; k < 6; k++) {
+        t->vatom[i][k] += 0.5 * v[k];
+        t->vatom[j][k] += 0.5 * v[k];
+      }
+    if (t->cvatom) {
+      // LAMMPS's order of the full tensor: xx yy zz xy xz yz yx zx zy,
+      // component (a, b) = position a, derivative b
+      static constexpr int ca[9] = {0, 1, 2, 0, 0, 1, 1, 2, 2};
+      static constexpr int cb[9] = {0, 1, 2, 1, 2, 2, 0, 0, 1};
+      double **cv = t->cvatom;
+      if (!t->moments) {
+        // strictly local: edge e enters only its centre's energy E_i, so
+        // dE_i/dx_j = g_ij and W_j += (x_i - x_j) (x) g_ij = -r_ij (x) g_ij,
+        // on the neighbour j (the centre's own term is (x_i - x_i) = 0)
+        for (int k = 0; k < 9; k++) cv[j][k] -= re[ca[k]] * ge[cb[k]];
+      } else {
+        // W_j += P_e - x_j (x) g_e, W_i -= P_e - x_i (x) g_e
+        const double *P = t->moments + 9 * e;
+        double **x = t->x;
+        for (int k = 0; k < 9; k++) {
+          const double p = P[3 * ca[k] + cb[k]];
+          cv[j][k] += p - x[j][ca[k]] * ge[cb[k]];
+          cv[i][k] -= p - x[i][ca[k]] * ge[cb[k]];
+        }
+      }
+    }
+  }
+}
 
 void PairTorch::add_edge_forces(const double *edge_grad, double *dst, int stride) const
 {
-  const std::size_t nedges = edge_nbr.size();
-  for (std::size_t e = 0; e < nedges; ++e) {
-    double *fi = dst + static_cast<std::size_t>(node2atom[edge_index[e]]) * stride;
-    double *fj = dst + static_cast<std::size_t>(node2atom[edge_nbr[e]]) * stride;
-    for (int k = 0; k < 3; ++k) {
-      fi[k] += edge_grad[3 * e + k];
-      fj[k] -= edge_grad[3 * e + k];
-    }
-  }
+  scatter_edges(edge_grad, dst, stride, nullptr);
 }
 
 /* ----------------------------------------------------------------------
