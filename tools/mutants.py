@@ -276,7 +276,7 @@ MUTANTS = [
     M("md_vatom_on_centre", "src/pair_torch_graph.cpp",
       "        t->vatom[j][k] += 0.5 * v[k];",
       "        t->vatom[i][k] += 0.5 * v[k];",
-      gtest("test_pair_lammps", "Styles/NativeComparison.*"),
+      gtest("test_pair_lammps", "CentroidStress.LocalModelGivesAtomicVirialOnNeighbours"),
       "the per-atom virial's half on the neighbour given to the centre"),
     M("deviation_group_ignored", "src/compute_torch_deviation.cpp",
       "    if (!(mask[i] & groupbit) || pair->species_of_type(type[i]) < 0) continue;",
