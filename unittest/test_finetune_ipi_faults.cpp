@@ -1,0 +1,239 @@
+/* ----------------------------------------------------------------------
+   ML-TORCH tests of fix torch/finetune `teacher ipi`, faults and CP2K: an
+   external program labels through the i-PI socket protocol. Clients are started by the test
+   as separate processes (LAMMPS's fix ipi, ASE's SocketClient, faulty
+   clients) from universe rank 0; the server runs in this process.
+   Run under ctest (test_finetune_ipi), whose environment names the lmp and
+   python executables (ML_TORCH_LMP, ML_TORCH_PYTHON_EXE).
+------------------------------------------------------------------------- */
+
+#include "ipi_fixtures.h"
+
+#include "mltorch/ipi.h"
+
+#include <cerrno>
+#include <fcntl.h>
+#include <csignal>
+#include <fstream>
+#include <sstream>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <spawn.h>
+#include <unistd.h>
+
+#include "json.h"    // LAMMPS's copy of nlohmann/json
+
+/* ----------------------------------------------------------------------
+   faults: each ends in an ERROR on every rank (library mode: every rank
+   throws), none hangs (ctest TIMEOUT), files stay whole
+------------------------------------------------------------------------- */
+
+TEST(IpiFaults, NoClientTimesOut)
+{
+  const std::string name = socket_name("none");
+  Lammps l;
+  auto c = finetune_run("teacher ipi \"" + name + " 0 unix\"", "ortho");
+  c.back() = "run 4 post no";
+  for (auto &s : c)
+    if (s.find("teacher_timeout 60") != std::string::npos)
+      s.replace(s.find("teacher_timeout 60"), 18, "teacher_timeout 1");
+  const std::string err = l.error_of(c);
+  if (me == 0) std::printf("[ ipi none ] %s\n", err.c_str());
+  EXPECT_NE(err.find("no i-PI client connected to /tmp/ipi_" + name + " within 1 s"), std::string::npos) << err;
+  EXPECT_NE(err.find("CP2K with RUN_TYPE DRIVER and &DRIVER HOST " + name + " (unix)"), std::string::npos) << err;
+}
+
+TEST(IpiFaults, ClientDiesMidRun)
+{
+  const std::string name = socket_name("dies");
+  const std::string saved = "/tmp/" + name + ".pt";
+  Client client(ase_client(name, 64, {"--die-after", "3"}));
+  Lammps l;
+  const std::string err = l.error_of(finetune_run("teacher ipi \"" + name + " 0 unix\"", "ortho",
+                                                  "save 1 " + saved));
+  if (me == 0) std::printf("[ ipi dies ] %s\n", err.c_str());
+  EXPECT_NE(err.find("is gone"), std::string::npos) << err;
+  EXPECT_NE(err.find("start a new client and continue"), std::string::npos) << err;
+  // three updates were saved, atomically: the file loads
+  EXPECT_EQ(l.fix()->updates(), 3);
+  if (me == 0) {
+    EXPECT_NO_THROW(MLTorch::Model(MLTorch::read_file(saved), saved, "cpu"));
+    std::remove(saved.c_str());
+  }
+}
+
+TEST(IpiFaults, WrongAtomCount)
+{
+  const std::string name = socket_name("count");
+  Client client(ase_client(name, 64, {"--bad", "count"}));
+  Lammps l;
+  const std::string err = l.error_of(finetune_run("teacher ipi \"" + name + " 0 unix\"", "ortho"));
+  EXPECT_NE(err.find("returned forces on 63 atoms for the 64 it was sent"), std::string::npos) << err;
+  EXPECT_EQ(l.fix()->updates(), 1);
+}
+
+TEST(IpiFaults, NonFiniteValuesMakeNoUpdate)
+{
+  const std::string name = socket_name("nan");
+  Client client(ase_client(name, 64, {"--bad", "nan"}));
+  Lammps l;
+  const std::string err = l.error_of(finetune_run("teacher ipi \"" + name + " 0 unix\"", "ortho"));
+  EXPECT_NE(err.find("non-finite values"), std::string::npos) << err;
+  EXPECT_EQ(l.fix()->updates(), 1);
+}
+
+TEST(IpiFaults, BusyAddressIsRefused)
+{
+  const std::string name = socket_name("busy");
+  std::unique_ptr<MLTorch::IpiServer> other;
+  if (me == 0) {
+    other = std::make_unique<MLTorch::IpiServer>(name, 0, true);
+    other->open();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  Lammps l;
+  const std::string err = l.error_of(finetune_run("teacher ipi \"" + name + " 0 unix\"", "ortho"));
+  EXPECT_NE(err.find("another server is listening on the i-PI socket /tmp/ipi_" + name), std::string::npos)
+      << err;
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(IpiFaults, StaleSocketFileIsReused)
+{
+  const std::string name = socket_name("stale");
+  if (me == 0) {
+    // a socket file nobody listens on (a crashed server's)
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, ("/tmp/ipi_" + name).c_str(), sizeof(addr.sun_path) - 1);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)), 0);
+    ::close(fd);
+    EXPECT_TRUE(file_exists("/tmp/ipi_" + name));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  {
+    Client client(ase_client(name, 64));
+    Lammps l;
+    l.cmds(finetune_run("teacher ipi \"" + name + " 0 unix\"", "ortho"));
+    EXPECT_EQ(l.fix()->updates(), 8);
+  }
+  EXPECT_FALSE(file_exists("/tmp/ipi_" + name));
+}
+
+TEST(IpiFaults, AtomCountChangeIsRefused)
+{
+  const std::string name = socket_name("natoms");
+  Client client(ase_client(name, 64));
+  Lammps l;
+  l.cmds(finetune_run("teacher ipi \"" + name + " 0 unix\"", "ortho"));
+  const std::string err = l.error_of({"group one id 7", "delete_atoms group one", "run 4 post no"});
+  EXPECT_NE(err.find("the number of atoms changed from 64 to 63"), std::string::npos) << err;
+}
+
+TEST(IpiFaults, BadAddressAndUnits)
+{
+  Lammps l;
+  l.cmds(silicon(2, 4321, "ortho"));
+  l.cmds({"pair_style torch", "pair_coeff * * " + student + " Si"});
+  std::string err = l.error_of({"fix ft all torch/finetune 2 teacher ipi \"name\""});
+  EXPECT_NE(err.find("needs \"ADDRESS PORT [unix]\""), std::string::npos) << err;
+  err = l.error_of({"fix ft all torch/finetune 2 teacher ipi \"localhost 99999\""});
+  EXPECT_NE(err.find("is not a TCP port"), std::string::npos) << err;
+  err = l.error_of({"fix ft all torch/finetune 2 teacher ipi \"n 0 unix\" teacher_timeout 0"});
+  EXPECT_NE(err.find("teacher_timeout must be > 0"), std::string::npos) << err;
+}
+
+/* ----------------------------------------------------------------------
+   CP2K (Debian's cp2k.psmp) in driver mode: the labels of an 8-atom Si
+   cell equal CP2K's own ENERGY_FORCE run of the same configuration (both
+   inputs written by tools/cp2k_input.py from one data file; PBE, SZV
+   basis, 120 Ry, Gamma point). Not bitwise: CP2K reads the ENERGY_FORCE
+   run's Angstrom coordinates with its own Bohr constant, the driver gets
+   Bohr from the server's, and the SCF stops at EPS_SCF.
+------------------------------------------------------------------------- */
+
+static double cp2k_energy_and_forces(const std::string &out, std::vector<double> &f)
+{
+  std::ifstream in(out);
+  std::string line;
+  double e = NAN;
+  bool forces = false;
+  while (std::getline(in, line)) {
+    if (line.find("ENERGY| Total FORCE_EVAL ( QS ) energy") != std::string::npos)
+      e = std::stod(line.substr(line.rfind(':') + 1));
+    if (line.find("ATOMIC FORCES in [a.u.]") != std::string::npos) {
+      forces = true;
+      f.clear();
+      continue;
+    }
+    if (forces) {
+      std::istringstream w(line);
+      int atom, kind;
+      std::string el;
+      double fx, fy, fz;
+      if (w >> atom >> kind >> el >> fx >> fy >> fz) {
+        f.insert(f.end(), {fx, fy, fz});
+      } else if (line.find("SUM OF ATOMIC FORCES") != std::string::npos) {
+        forces = false;
+      }
+    }
+  }
+  return e;
+}
+
+TEST(IpiCp2k, LabelsEqualItsOwnRun)
+{
+  const std::string name = socket_name("cp2k");
+  const std::string dir = "/tmp/" + name;
+  const std::string data = dir + "/si8.data";
+  Lammps l;
+  l.cmds({"units metal", "lattice diamond 5.431", "region box block 0 1 0 1 0 1",
+          "create_box 1 box", "create_atoms 1 box", "mass 1 28.0855",
+          "displace_atoms all random 0.1 0.1 0.1 8813 units box", "pair_style torch",
+          "pair_coeff * * " + student + " Si"});
+  if (me == 0) ::mkdir(dir.c_str(), 0755);
+  l.cmds({"write_data " + data});
+  const std::string tool = env_or("ML_TORCH_PYTHON_EXE", "python3") + " " ML_TORCH_SOURCE_DIR
+                           "/tools/cp2k_input.py " + data +
+      " --elements Si --basis SZV-MOLOPT-SR-GTH --cutoff 120 --rel-cutoff 30 --eps-scf 1e-8";
+  if (me == 0) {
+    ASSERT_EQ(std::system((tool + " --driver " + name + " -o " + dir + "/driver.inp").c_str()), 0);
+    ASSERT_EQ(std::system((tool + " -o " + dir + "/own.inp").c_str()), 0);
+  }
+  Labels got;
+  {
+    // the driver waits for the server's socket; its own run goes at the same time
+    Client driver({"/bin/sh", "-c", "while [ ! -S /tmp/ipi_" + name + " ]; do sleep 0.05; done; cd " +
+                   dir + " && exec cp2k.psmp -i driver.inp -o driver.out"});
+    Client own({"/bin/sh", "-c", "cd " + dir + " && exec cp2k.psmp -i own.inp -o own.out"});
+    l.cmds({"fix ft all torch/finetune 1 teacher ipi \"" + name +
+                " 0 unix\" energy_shift none log 0 check 0 teacher_timeout 60",
+            "run 1 post no"});
+    got = labels_of(l, MPI_COMM_WORLD);
+    l.cmd("unfix ft");
+  }
+  double e_own = NAN;
+  std::vector<double> f_own;
+  if (me == 0) e_own = cp2k_energy_and_forces(dir + "/own.out", f_own);
+  MPI_Bcast(&e_own, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  int nf = static_cast<int>(f_own.size());
+  MPI_Bcast(&nf, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  f_own.resize(nf);
+  MPI_Bcast(f_own.data(), nf, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  ASSERT_EQ(nf, 24) << "CP2K's own run printed no forces (see " << dir << "/own.out)";
+  const double hartree = 27.211386245988, bohr = 0.529177210903;
+  const double e = e_own * hartree;
+  for (double &v : f_own) v *= hartree / bohr;
+  const double de = std::fabs(got.e - e), df = max_diff(got.f, f_own);
+  if (me == 0)
+    std::printf("[ ipi cp2k ] 8 Si atoms, PBE/SZV/120 Ry: labels vs CP2K's own run: energy %.3e eV "
+                "(%.2e relative), forces %.3e eV/A (largest force %.3f eV/A)\n",
+                de, de / std::fabs(e), df, max_abs(f_own));
+  EXPECT_LE(de, 1e-5);
+  EXPECT_LE(df, 1e-4);
+  EXPECT_GT(max_abs(f_own), 0.1);    // a displaced crystal: forces to compare
+  if (me == 0) std::system(("rm -rf " + dir).c_str());
+}
