@@ -207,11 +207,11 @@ MUTANTS = [
     # --- the Python tooling ---------------------------------------------------------
     M("py_allow_list", "potentials/mltorch/compiled.py",
       "    if parts[0] != OWN_PACKAGE or len(parts) < 2 or not all(q.isidentifier() for q in parts):\n        raise",
-      "    if False:\n        raise", f"cd ../unittest && {py} test_python.py ModelFilesAreData",
+      "    if False:\n        raise", f"cd ../unittest && {py} test_python_export.py ModelFilesAreData",
       "model-file metadata may name any class"),
     M("py_small_bmm", "potentials/mltorch/compiled.py", "def unroll_small_bmm(gm, max_inner=8):",
       "def unroll_small_bmm(gm, max_inner=2):",
-      f"cd ../unittest && {py} test_python.py SmallProducts", "small batched products not unrolled"),
+      f"cd ../unittest && {py} test_python_compiler.py SmallProducts", "small batched products not unrolled"),
     # --- torch/kk (the KOKKOS lane, OpenMP host build) ----------------------
     M("kk_force_sign", "kokkos/pair_torch_kokkos.cpp",
       "Kokkos::atomic_add(&lf(j, k), static_cast<acc_t>(-grad(e, k)));",
