@@ -34,6 +34,7 @@
 #include "update.h"
 
 #include "mltorch/model.h"
+#include "mltorch/runtime.h"
 
 #include <algorithm>
 #include <cmath>

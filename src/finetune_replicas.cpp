@@ -22,6 +22,7 @@
 #include "mltorch/distributed.h"
 #include "mltorch/finetune.h"
 #include "mltorch/model.h"
+#include "mltorch/runtime.h"
 #include "mltorch/training.h"
 
 #include <exception>

@@ -27,6 +27,7 @@
 #include "mltorch/committee.h"
 #include "mltorch/halo.h"
 #include "mltorch/model.h"
+#include "mltorch/runtime.h"
 
 #include <algorithm>
 #include <cmath>

@@ -17,6 +17,7 @@
 
 #include "mltorch_mpi.h"
 #include "mltorch/model.h"
+#include "mltorch/runtime.h"
 
 #include <cstdio>
 #include <string>

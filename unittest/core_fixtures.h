@@ -7,6 +7,7 @@
 #define MLTORCH_TEST_CORE_FIXTURES_H
 
 #include "mltorch/model.h"
+#include "mltorch/runtime.h"
 #include "reference_graph.h"
 
 #include <array>

@@ -15,6 +15,7 @@
 #include "modify.h"
 
 #include "mltorch/model.h"
+#include "mltorch/runtime.h"
 #include "pair.h"
 #include "pair_torch.h"
 #include "reference_graph.h"

@@ -15,6 +15,7 @@
 #include "library.h"
 
 #include "mltorch/model.h"
+#include "mltorch/runtime.h"
 #include "reference_graph.h"
 
 #include "lammps_session.h"

@@ -6,6 +6,7 @@
 #include "mltorch/committee.h"
 #include "mltorch/layered.h"
 #include "mltorch/model.h"
+#include "mltorch/runtime.h"
 #include "mltorch/training.h"
 #include "core_fixtures.h"
 

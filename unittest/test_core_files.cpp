@@ -5,6 +5,7 @@
 
 #include "mltorch/committee.h"
 #include "mltorch/model.h"
+#include "mltorch/runtime.h"
 #include "mltorch/training.h"
 #include "core_fixtures.h"
 

@@ -7,6 +7,7 @@
 #include "mltorch/halo.h"
 #include "mltorch/layered.h"
 #include "mltorch/model.h"
+#include "mltorch/runtime.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

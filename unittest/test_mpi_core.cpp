@@ -9,6 +9,7 @@
 #include "mltorch/collectives.h"
 #include "mltorch/distributed.h"
 #include "mltorch/training.h"
+#include "mltorch/runtime.h"
 #include "mltorch/replay.h"
 
 #include "mpi_test_main.h"
@@ -222,7 +223,7 @@ TEST(Replay, PicksAreDeterministicAndInRange)
    the record restores the state it was taken from
 ------------------------------------------------------------------------- */
 
-TEST(Trainer, UpdateAveragesOverRanksAndRestores)
+TEST(DistributedTrainer, UpdateAveragesOverRanksAndRestores)
 {
   auto model = std::make_shared<MLTorch::Model>(MLTorch::read_file(potentials + "/si_local.pt"),
                                                 "si_local.pt", "cpu");
@@ -285,7 +286,7 @@ TEST(Trainer, UpdateAveragesOverRanksAndRestores)
 
 // uncertainty gating: counted per window; a round where no replica labelled
 // anything is no update
-TEST(Trainer, GatedRoundWithoutLabelsIsNoUpdate)
+TEST(DistributedTrainer, GatedRoundWithoutLabelsIsNoUpdate)
 {
   auto model = std::make_shared<MLTorch::Model>(MLTorch::read_file(potentials + "/si_local.pt"),
                                                 "si_local.pt", "cpu");

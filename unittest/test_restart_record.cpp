@@ -5,7 +5,7 @@
    or truncated record with a RecordError instead of reading past it.
 ------------------------------------------------------------------------- */
 
-#include "mltorch/model.h"    // content_hash
+#include "mltorch/runtime.h"    // content_hash
 #include "mltorch/restart_record.h"
 
 #include <gtest/gtest.h>

@@ -8,6 +8,7 @@
 #include "mltorch/collectives.h"
 #include "mltorch/committee.h"
 #include "mltorch/model.h"
+#include "mltorch/runtime.h"
 #include "mltorch/replay.h"
 #include "mltorch/training.h"
 

@@ -4,6 +4,7 @@
 ------------------------------------------------------------------------- */
 
 #include "mltorch/model.h"
+#include "mltorch/runtime.h"
 
 #include <nlohmann/json.hpp>
 

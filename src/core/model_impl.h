@@ -9,6 +9,8 @@
 #define MLTORCH_CORE_MODEL_IMPL_H
 
 #include "mltorch/model.h"
+#include "mltorch/optimizer.h"
+#include "mltorch/runtime.h"
 
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/script.h>

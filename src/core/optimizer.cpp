@@ -10,12 +10,12 @@
 
 namespace MLTorch {
 
-struct Trainer::Impl {
+struct ModelOptimizer::Impl {
   std::vector<torch::Tensor> params;    // trainable parameters, model order
   std::unique_ptr<torch::optim::Optimizer> optimizer;
 };
 
-Trainer::Trainer(Model &model, const OptimizerSettings &s) : impl(std::make_unique<Impl>())
+ModelOptimizer::ModelOptimizer(Model &model, const OptimizerSettings &s) : impl(std::make_unique<Impl>())
 {
   std::size_t k = 0;
   for (const auto &p : model.impl->module.parameters())
@@ -37,21 +37,21 @@ Trainer::Trainer(Model &model, const OptimizerSettings &s) : impl(std::make_uniq
   }
 }
 
-Trainer::~Trainer() = default;
+ModelOptimizer::~ModelOptimizer() = default;
 
-double Trainer::step(const std::vector<double> &grad, double lr, double max_norm)
+double ModelOptimizer::step(const std::vector<double> &grad, double lr, double max_norm)
 {
   std::size_t off = 0;
   for (auto &p : impl->params) {
     const auto n = static_cast<std::size_t>(p.numel());
-    if (off + n > grad.size()) throw ModelError("Trainer::step(): gradient too short");
+    if (off + n > grad.size()) throw ModelError("ModelOptimizer::step(): gradient too short");
     auto g = torch::from_blob(const_cast<double *>(grad.data() + off), p.sizes(),
                               torch::TensorOptions().dtype(torch::kFloat64))
                  .to(p.device(), p.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
     p.mutable_grad() = g;
     off += n;
   }
-  if (off != grad.size()) throw ModelError("Trainer::step(): gradient too long");
+  if (off != grad.size()) throw ModelError("ModelOptimizer::step(): gradient too long");
   const double limit = max_norm > 0.0 ? max_norm : std::numeric_limits<double>::infinity();
   const double norm = torch::nn::utils::clip_grad_norm_(impl->params, limit);
   for (auto &group : impl->optimizer->param_groups()) group.options().set_lr(lr);
@@ -60,7 +60,7 @@ double Trainer::step(const std::vector<double> &grad, double lr, double max_norm
   return norm;
 }
 
-std::string Trainer::state() const
+std::string ModelOptimizer::state() const
 {
   torch::serialize::OutputArchive archive;
   impl->optimizer->save(archive);
@@ -69,7 +69,7 @@ std::string Trainer::state() const
   return os.str();
 }
 
-void Trainer::load_state(const std::string &bytes)
+void ModelOptimizer::load_state(const std::string &bytes)
 {
   torch::serialize::InputArchive archive;
   std::istringstream is(bytes);

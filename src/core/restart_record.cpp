@@ -19,7 +19,7 @@
 
 #include "mltorch/restart_record.h"
 
-#include "mltorch/model.h"    // content_hash
+#include "mltorch/runtime.h"    // content_hash
 
 #include <algorithm>
 #include <cstring>

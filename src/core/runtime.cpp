@@ -4,7 +4,9 @@
    and model files (read, written atomically).
 ------------------------------------------------------------------------- */
 
-#include "mltorch/model.h"
+#include "mltorch/runtime.h"
+
+#include "mltorch/contract.h"
 
 #include <torch/cuda.h>
 #include <torch/torch.h>

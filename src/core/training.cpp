@@ -27,7 +27,7 @@ TrainingState::TrainingState(std::vector<std::shared_ptr<Model>> models,
                              const OptimizerSettings &settings) :
     members(std::move(models))
 {
-  for (auto &m : members) trainers.push_back(std::make_unique<Trainer>(*m, settings));
+  for (auto &m : members) trainers.push_back(std::make_unique<ModelOptimizer>(*m, settings));
 }
 
 TrainingState::~TrainingState() = default;

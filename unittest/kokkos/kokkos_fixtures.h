@@ -18,6 +18,7 @@
 #include "pair.h"
 
 #include "mltorch/model.h"
+#include "mltorch/runtime.h"
 
 #include "../lammps_session.h"
 #include "../mpi_test_main.h"

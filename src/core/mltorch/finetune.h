@@ -12,7 +12,7 @@
 #ifndef MLTORCH_CORE_FINETUNE_H
 #define MLTORCH_CORE_FINETUNE_H
 
-#include "mltorch/model.h"       // OptimizerSettings
+#include "mltorch/optimizer.h"   // OptimizerSettings
 #include "mltorch/training.h"    // Schedule
 
 #include <cstdint>

@@ -11,6 +11,7 @@
 #define MLTORCH_CORE_TRAINING_H
 
 #include "mltorch/model.h"
+#include "mltorch/optimizer.h"
 
 #include <memory>
 #include <string>
@@ -54,7 +55,7 @@ class TrainingState {
   // parameters and buffers, optimizer state, and the good copies of all
   // members, as byte strings (what restart files store and replicas
   // broadcast). One member: exactly that member's state_bytes() and
-  // Trainer::state(), the format of single-model restart files.
+  // ModelOptimizer::state(), the format of single-model restart files.
   std::string parameters() const;
   void load_parameters(const std::string &bytes);
   std::string optimizer_state() const;
@@ -65,7 +66,7 @@ class TrainingState {
 
  private:
   std::vector<std::shared_ptr<Model>> members;
-  std::vector<std::unique_ptr<Trainer>> trainers;
+  std::vector<std::unique_ptr<ModelOptimizer>> trainers;
   std::string good_params, good_optimizer;
 };
 
