@@ -6,7 +6,7 @@
    Built and run by tools/fuzz.sh.
 ------------------------------------------------------------------------- */
 
-#include "mltorch/model.h"
+#include "mltorch/contract.h"
 
 #include <cmath>
 #include <cstdint>
