@@ -40,7 +40,7 @@ import warnings
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
 sys.path.insert(0, here)
-sys.path.insert(0, os.path.join(root, "potentials"))
+sys.path.insert(0, os.path.join(root, "python"))
 warnings.filterwarnings("ignore")
 
 import compiled  # noqa: E402

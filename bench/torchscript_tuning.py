@@ -39,7 +39,7 @@ import torch
 
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
-sys.path.insert(0, os.path.join(root, "potentials"))
+sys.path.insert(0, os.path.join(root, "python"))
 warnings.filterwarnings("ignore")
 
 from mltorch.graph import build_graph, edge_vectors  # noqa: E402

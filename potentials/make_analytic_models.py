@@ -17,7 +17,7 @@ Usage: python potentials/make_analytic_models.py [output_dir]
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
 from mltorch.analytic import LennardJones, Morse, StillingerWeber, ToyMessagePassing2  # noqa: E402
 from mltorch.export import export  # noqa: E402
 

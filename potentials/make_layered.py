@@ -16,7 +16,7 @@ import sys
 import torch
 
 here = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, here)
+sys.path.insert(0, os.path.join(os.path.dirname(here), "python"))
 from mltorch.compiled import rebuild  # noqa: E402
 from mltorch.export import export  # noqa: E402
 

@@ -39,7 +39,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 here = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, here)
+sys.path.insert(0, os.path.join(os.path.dirname(here), "python"))
 from mltorch import lammps_data  # noqa: E402
 from mltorch.export import export, read_metadata  # noqa: E402
 from mltorch.graph import build_graph  # noqa: E402

@@ -145,7 +145,7 @@ if ! .venv-mace/bin/python -c "import mace, e3nn, mltorch.importers; assert e3nn
   [ -x .venv-mace/bin/python ] || /usr/bin/python3 -m venv .venv-mace
   main_site=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
   mace_site=$(.venv-mace/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-  printf '%s\n%s\n' "$main_site" "$here/potentials" > "$mace_site/zz_ml_torch_main_venv.pth"
+  printf '%s\n%s\n' "$main_site" "$here/python" > "$mace_site/zz_ml_torch_main_venv.pth"
   # pip takes the version without the local tag (+cu...) as a constraint
   echo "$torch_spec" | sed 's/+.*//' > .venv-mace/constraints.txt
   .venv-mace/bin/python -m pip install -q -c .venv-mace/constraints.txt "mace-torch==0.3.16"
@@ -155,7 +155,7 @@ fi
 # the project's own tooling (mltorch-info, mltorch-compile, mltorch-import,
 # exporter, trainer), editable
 if ! .venv/bin/python -c "import mltorch.importers" 2>/dev/null || [ ! -x .venv/bin/mltorch-import ]; then
-  .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e potentials
+  .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e python
 fi
 .venv/bin/python -c "import torch; print('torch', torch.__version__)"
 

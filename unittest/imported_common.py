@@ -18,7 +18,7 @@ import numpy as np
 
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
-sys.path.insert(0, os.path.join(root, "potentials"))
+sys.path.insert(0, os.path.join(root, "python"))
 warnings.filterwarnings("ignore")
 
 NKTV2P = 1.6021765e6           # LAMMPS metal: bar * A^3 -> eV

@@ -11,7 +11,7 @@ from typing import Tuple
 from torch import Tensor, nn
 
 here = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(here, "..", "potentials"))
+sys.path.insert(0, os.path.join(here, "..", "python"))
 from mltorch.export import METADATA_NAME, export  # noqa: E402
 
 

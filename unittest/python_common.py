@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
-sys.path.insert(0, os.path.join(root, "potentials"))
+sys.path.insert(0, os.path.join(root, "python"))
 
 
 def pair_energy(edge_vectors: Tensor, edge_index: Tensor, n: int) -> Tensor:

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(root, "potentials"))
+sys.path.insert(0, os.path.join(root, "python"))
 from mltorch.export import read_metadata  # noqa: E402
 
 LMP = os.environ.get("ML_TORCH_LMP", os.path.join(root, "build", "lmp"))

@@ -1,4 +1,4 @@
-"""Tests of the Python tooling (potentials/mltorch), the compiler
+"""Tests of the Python tooling (python/mltorch), the compiler
 (`mltorch-compile`): packages against their TorchScript model, data-
 dependent models, and the graph passes (e3nn contraction order, gather
 sources, small products).

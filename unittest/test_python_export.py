@@ -1,4 +1,4 @@
-"""Tests of the Python tooling (potentials/mltorch), the exporter: what
+"""Tests of the Python tooling (python/mltorch), the exporter: what
 `mltorch.export` accepts and refuses, model files as data (the allow-list
 of classes a file may name), the reference graph builder.
 
@@ -94,13 +94,13 @@ class Exporter(unittest.TestCase):
     def test_info_command(self):
         export(Good(), self.path, model_type="test-model", **self.meta)
         out = subprocess.run([sys.executable, "-m", "mltorch.info", self.path], capture_output=True,
-                             text=True, cwd=os.path.join(root, "potentials"))
+                             text=True, cwd=os.path.join(root, "python"))
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertIn("model_type               test-model", out.stdout)
         self.assertIn("cutoff                   3.0", out.stdout)
         bad = subprocess.run([sys.executable, "-m", "mltorch.info",
                               os.path.join(here, "models", "no_metadata.pt")],
-                             capture_output=True, text=True, cwd=os.path.join(root, "potentials"))
+                             capture_output=True, text=True, cwd=os.path.join(root, "python"))
         self.assertEqual(bad.returncode, 1)
         self.assertIn("no ML-TORCH metadata", bad.stderr)
 

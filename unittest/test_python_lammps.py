@@ -1,4 +1,4 @@
-"""Tests of the Python tooling (potentials/mltorch) with LAMMPS runs: fix
+"""Tests of the Python tooling (python/mltorch) with LAMMPS runs: fix
 torch/finetune's output and log parser, the LAMMPS reference-data
 pipeline, compute torch/deviation against DeePMD-kit's formulas in numpy,
 write_restart/atomic.

@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 here = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(here, "..", "..", "potentials"))
+sys.path.insert(0, os.path.join(here, "..", "..", "python"))
 warnings.filterwarnings("ignore")
 
 from mltorch.export import export  # noqa: E402

@@ -17,7 +17,7 @@ import sys
 import torch
 
 here = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(here, "..", "..", "potentials"))
+sys.path.insert(0, os.path.join(here, "..", "..", "python"))
 from mltorch.export import METADATA_NAME, content_hash  # noqa: E402
 
 

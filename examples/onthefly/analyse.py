@@ -21,7 +21,7 @@ import torch
 
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.join(here, "..", "..")
-sys.path.insert(0, os.path.join(root, "potentials"))
+sys.path.insert(0, os.path.join(root, "python"))
 from mltorch.graph import build_graph, evaluate  # noqa: E402
 
 
