@@ -205,11 +205,11 @@ MUTANTS = [
     M("ipi_tilt", "src/finetune_teacher_ipi.cpp", "domain->xy / bohr_, domain->xz / bohr_,", "0.0, 0.0,",
       gtest("test_finetune_ipi", "*IpiLammps*triclinic_client_np1"), "a triclinic cell sent without its tilt"),
     # --- the Python tooling ---------------------------------------------------------
-    M("py_allow_list", "python/mltorch/compiled.py",
+    M("py_allow_list", "python/mltorch/rebuild.py",
       "    if parts[0] != OWN_PACKAGE or len(parts) < 2 or not all(q.isidentifier() for q in parts):\n        raise",
       "    if False:\n        raise", f"cd ../unittest && {py} test_python_export.py ModelFilesAreData",
       "model-file metadata may name any class"),
-    M("py_small_bmm", "python/mltorch/compiled.py", "def unroll_small_bmm(gm, max_inner=8):",
+    M("py_small_bmm", "python/mltorch/graph_passes.py", "def unroll_small_bmm(gm, max_inner=8):",
       "def unroll_small_bmm(gm, max_inner=2):",
       f"cd ../unittest && {py} test_python_compiler.py SmallProducts", "small batched products not unrolled"),
     # --- torch/kk (the KOKKOS lane, OpenMP host build) ----------------------
