@@ -18,6 +18,9 @@ FixStyle(torch/finetune,FixTorchFinetune);
 
 #include "fix.h"
 
+#include "mltorch/halo.h"
+
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -114,7 +117,20 @@ class FixTorchFinetune : public Fix {
   enum { COMM_F, COMM_FPART, COMM_FMD, COMM_RESID };
   int commflag = COMM_RESID;
   double **comm_array() const;
-  std::vector<double> node_buf, weight_buf;    // per-node forces and weights, reused
+  std::vector<double> node_buf;    // the teacher forces on the owned nodes, reused
+  // the owners of the student's graph nodes through this fix's
+  // communication (fpart, resid): MLTorch::configuration_gradient's exchange
+  struct OwnerComm : MLTorch::HaloExchange {
+    OwnerComm(FixTorchFinetune &f, const std::vector<int> &atoms, int64_t nl, int64_t nn) :
+        fix(f), node2atom(atoms), n_local(nl), n_nodes(nn)
+    {
+    }
+    void forward(const double *owned, double *all, int width) override;
+    void reverse(const double *all, double *owned, int width) override;
+    FixTorchFinetune &fix;
+    const std::vector<int> &node2atom;
+    int64_t n_local, n_nodes;
+  };
 
   void setup_trainable();
   void grow_work();

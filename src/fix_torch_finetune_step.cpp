@@ -59,13 +59,46 @@ bool FixTorchFinetune::gate_says_label()
 }
 
 /* ----------------------------------------------------------------------
+   the owners of the student's graph nodes for the core's distributed
+   gradient (MLTorch::configuration_gradient), through this fix's LAMMPS
+   communication: reverse sums every node's row into its atom (fpart) and
+   the ghosts' into their owners; forward copies the owned nodes' rows
+   (resid; 0 on atoms the model does not cover) to every image
+------------------------------------------------------------------------- */
+
+void FixTorchFinetune::OwnerComm::reverse(const double *all, double *owned, int width)
+{
+  if (width != 3) throw MLTorch::ModelError("fix torch/finetune: owner exchange of 3 values only");
+  const int nall = fix.atom->nlocal + fix.atom->nghost;
+  double **fpart = fix.fpart;
+  if (nall > 0) std::memset(&fpart[0][0], 0, sizeof(double) * 3 * nall);
+  for (int64_t n = 0; n < n_nodes; ++n)
+    for (int k = 0; k < 3; ++k) fpart[node2atom[n]][k] += all[3 * n + k];
+  fix.sum_to_owners(COMM_FPART);
+  for (int64_t n = 0; n < n_local; ++n)
+    for (int k = 0; k < 3; ++k) owned[3 * n + k] = fpart[node2atom[n]][k];
+}
+
+void FixTorchFinetune::OwnerComm::forward(const double *owned, double *all, int width)
+{
+  if (width != 3) throw MLTorch::ModelError("fix torch/finetune: owner exchange of 3 values only");
+  const int nlocal = fix.atom->nlocal;
+  double **resid = fix.resid;
+  for (int i = 0; i < nlocal; ++i) resid[i][0] = resid[i][1] = resid[i][2] = 0.0;
+  for (int64_t n = 0; n < n_local; ++n)
+    for (int k = 0; k < 3; ++k) resid[node2atom[n]][k] = owned[3 * n + k];
+  fix.copy_to_ghosts(COMM_RESID);
+  for (int64_t n = 0; n < n_nodes; ++n)
+    for (int k = 0; k < 3; ++k) all[3 * n + k] = resid[node2atom[n]][k];
+}
+
+/* ----------------------------------------------------------------------
    one labelled configuration: the current atoms
 ------------------------------------------------------------------------- */
 
 void FixTorchFinetune::train_current(const MLTorch::GraphInput &in)
 {
   const int nlocal = atom->nlocal;
-  const int nall = nlocal + atom->nghost;
   const int *type = atom->type;
   const auto &node2atom = student->graph_atoms();
 
@@ -86,78 +119,55 @@ void FixTorchFinetune::train_current(const MLTorch::GraphInput &in)
                   world);
   }
 
+  // this rank's shares of the labels for the core's distributed gradient:
+  // the teacher forces on the owned nodes, the covered atoms
+  const int64_t n_own = in.n_local;
+  auto &fref_nodes = node_buf;
+  fref_nodes.resize(3 * n_own);
+  for (int64_t n = 0; n < n_own; ++n)
+    for (int k = 0; k < 3; ++k) fref_nodes[3 * n + k] = fref[node2atom[n]][k];
+  double covered = 0.0;
+  for (int i = 0; i < nlocal; ++i)
+    if (student->species_of_type(type[i]) >= 0) covered += 1.0;
+  OwnerComm owners(*this, node2atom, in.n_local, in.n_nodes);
+
   // every member learns the labels (the last one treated is member 1, the
   // MD model: fpart keeps its forces and the statistics are its own)
   MLTorch::LossTerms terms{};
   double se_f = 0.0, natoms = 0.0;
   for (int m = static_cast<int>(members.size()) - 1; m >= 0; --m) {
-    MLTorch::Model &model = *members[m];
-    // stage 1: partial forces of this rank's graph
-    double e_part = 0.0, w_part[6];
-    auto &node_forces = node_buf;
-    // a layered model's exchanges agree first that no rank has failed
-    // (MLTorch::AgreedExchange): a rank that fails between two exchanges
-    // leaves no other waiting in the next one
-    MLTorch::AgreedExchange guard(in.halo, world);
-    MLTorch::GraphInput gin = in;
-    if (in.halo) gin.halo = &guard;
-    replicas->agreed_call("", [&] { model.forward_train(gin, e_part, node_forces, w_part); }, &guard);
-
+    MLTorch::LabelShares labels;
+    labels.fref = fref_nodes.data();
+    labels.w_ref = w_ref_part;
+    labels.natoms = covered;
     // the energy label relative to this member's fitted reference
     // (MLTorch::EnergyShift): the fit takes this configuration's residual
-    double e_ref_m = e_ref_part;
-    if (!trainer->energy_shift.empty()) {
+    labels.e_ref = [&](double e_part) {
+      double e_ref_m = e_ref_part;
+      if (trainer->energy_shift.empty()) return e_ref_m;
       const double two[2] = {e_part, e_ref_part};
       double sums[2];
       MPI_Allreduce(two, sums, 2, MPI_DOUBLE, MPI_SUM, world);
       auto &shift = trainer->energy_shift[m];
       shift.add(counts, sums[1] - sums[0]);
       if (comm->me == 0) e_ref_m -= shift.shift_of(counts);
-    }
-
-    // full model forces on the owners: LAMMPS reverse communication
-    if (nall > 0) std::memset(&fpart[0][0], 0, sizeof(double) * 3 * nall);
-    for (int64_t n = 0; n < in.n_nodes; ++n) {
-      const int a = node2atom[n];
-      for (int k = 0; k < 3; ++k) fpart[a][k] += node_forces[3 * n + k];
-    }
-    sum_to_owners(COMM_FPART);
-
-    // the configuration's loss from this rank's shares, summed over the replica
-    double covered = 0.0, se_f_part = 0.0;
-    for (int i = 0; i < nlocal; ++i) {
-      if (student->species_of_type(type[i]) < 0) continue;
-      covered += 1.0;
-      for (int k = 0; k < 3; ++k) se_f_part += (fpart[i][k] - fref[i][k]) * (fpart[i][k] - fref[i][k]);
-    }
-    const auto c = MLTorch::configuration_loss(e_part, e_ref_m, w_part, w_ref_part, covered,
-                                               se_f_part, *set, world);
-    natoms = c.natoms;
-    // the same sum on every rank of the replica, so all of them throw
-    if (natoms < 1.0)
-      throw StepFailure(fmt::format("Fix torch/finetune on step {}: no atom of a type the model "
-                                    "covers; nothing to train on", update->ntimestep));
-    const auto &t = c.terms;
-
-    // stage 2: residual weights on owners, copied to ghost images by LAMMPS
-    // forward communication, then the weighted backward pass on every rank
-    for (int i = 0; i < nlocal; ++i) {
-      const bool covered = student->species_of_type(type[i]) >= 0;
-      for (int k = 0; k < 3; ++k) resid[i][k] = covered ? t.cf * (fpart[i][k] - fref[i][k]) : 0.0;
-    }
-    copy_to_ghosts(COMM_RESID);
-    auto &weights = weight_buf;
-    weights.resize(3 * in.n_nodes);
-    for (int64_t n = 0; n < in.n_nodes; ++n)
-      for (int k = 0; k < 3; ++k) weights[3 * n + k] = resid[node2atom[n]][k];
-    replicas->agreed_call("", [&] { model.backward_train(weights, t.ce, t.cw); }, &guard);
+      return e_ref_m;
+    };
+    MLTorch::ConfigurationGradient g;
+    const std::string failure = MLTorch::configuration_gradient(
+        *members[m], in, owners, labels, *set, world,
+        fmt::format("Fix torch/finetune on step {}: ", update->ntimestep), g);
+    if (!failure.empty()) throw StepFailure(failure);
     if (m > 0) continue;
 
-    terms = t;
+    const auto &c = g.loss;
+    terms = c.terms;
     se_f = c.se_f;
-    md_energy_part = e_part;
-    std::copy(w_part, w_part + 6, md_virial_part);
+    natoms = c.natoms;
+    md_energy_part = g.e_part;
+    std::copy(g.w_part, g.w_part + 6, md_virial_part);
     // the labels (tests and tools) and the per-atom residual of member 1
+    // (fpart holds its forces on the owners: OwnerComm::reverse)
     lab_energy = c.e_ref;
     std::copy(c.w_ref, c.w_ref + 6, lab_virial);
     lab_tags.assign(atom->tag, atom->tag + nlocal);

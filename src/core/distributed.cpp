@@ -82,41 +82,64 @@ ConfigurationLoss configuration_loss(double e, double e_ref, const double *w, co
   return c;
 }
 
+std::string configuration_gradient(Model &model, const GraphInput &in, HaloExchange &owners,
+                                   const LabelShares &labels, const FinetuneSettings &set,
+                                   MPI_Comm world, const std::string &prefix,
+                                   ConfigurationGradient &out)
+{
+  // a layered model's exchanges agree first that no rank has failed: a rank
+  // that fails between two exchanges leaves no other waiting in the next one
+  AgreedExchange guard(in.halo, world);
+  GraphInput gin = in;
+  if (in.halo) gin.halo = &guard;
+  std::vector<double> node_forces;
+  std::string failure = agreed_failure(
+      world, prefix, [&] { model.forward_train(gin, out.e_part, node_forces, out.w_part); }, &guard);
+  if (!failure.empty()) return failure;
+
+  // partial forces of every node -> the owners' full forces
+  const int64_t nl3 = 3 * in.n_local;
+  out.forces.assign(nl3, 0.0);
+  owners.reverse(node_forces.data(), out.forces.data(), 3);
+  const double *F = out.forces.data(), *fref = labels.fref;
+  double se_f = 0.0;
+  for (int64_t k = 0; k < nl3; ++k) se_f += (F[k] - fref[k]) * (F[k] - fref[k]);
+  const double e_ref = labels.e_ref ? labels.e_ref(out.e_part) : 0.0;
+  out.loss = configuration_loss(out.e_part, e_ref, out.w_part, labels.w_ref, labels.natoms, se_f,
+                                set, world);
+  // the same sum on every rank of the replica, so all of them return it
+  if (out.loss.natoms < 1.0)
+    return prefix + "no atom of a type the model covers; nothing to train on";
+  const auto &t = out.loss.terms;
+
+  // residual weights on the owned nodes, copied to every node of their atoms
+  std::vector<double> owned(nl3), weights(3 * in.n_nodes);
+  for (int64_t k = 0; k < nl3; ++k) owned[k] = t.cf * (F[k] - fref[k]);
+  owners.forward(owned.data(), weights.data(), 3);
+  return agreed_failure(
+      world, prefix, [&] { model.backward_train(weights, t.ce, t.cw); }, &guard);
+}
+
 std::string replay_gradient(ReplayPiece &r, Model &model, const FinetuneSettings &set,
                             bool layered, MPI_Comm world)
 {
-  GraphInput in = r.graph();
   // a piece stored under the halo exchange holds ghosts one cutoff deep;
   // partial forces and residual weights travel along the same owner map
   ReplayExchange exchange(r, world);
-  AgreedExchange guard(&exchange, world);
-  if (layered) in.halo = &guard;
-  double e_part = 0.0, w_part[6];
-  std::vector<double> nf;
-  std::string failure = agreed_failure(
-      world, "replay: ", [&] { model.forward_train(in, e_part, nf, w_part); }, &guard);
-  if (!failure.empty()) return failure;
-
-  // partial forces of ghost nodes -> owners: the piece's reverse exchange
-  std::vector<double> F(3 * r.n_local);
-  exchange.reverse(nf.data(), F.data(), 3);
-  double se_f = 0.0;
-  for (int64_t n = 0; n < 3 * r.n_local; ++n) se_f += (F[n] - r.fref[n]) * (F[n] - r.fref[n]);
+  GraphInput in = r.graph();
+  if (layered) in.halo = &exchange;
   // the stored labels and atom count are the configuration's (one rank
   // brings them into the sums)
   int me = 0;
   MPI_Comm_rank(world, &me);
   const double zero[6] = {0, 0, 0, 0, 0, 0};
-  const auto t = configuration_loss(e_part, me == 0 ? r.e_ref : 0.0, w_part, me == 0 ? r.w_ref : zero,
-                                    me == 0 ? r.natoms : 0.0, se_f, set, world)
-                     .terms;
-
-  // residual weights: own nodes directly, ghost nodes from their owners
-  std::vector<double> owned(3 * r.n_local), weights(3 * r.n_nodes);
-  for (int64_t n = 0; n < 3 * r.n_local; ++n) owned[n] = t.cf * (F[n] - r.fref[n]);
-  exchange.forward(owned.data(), weights.data(), 3);
-  return agreed_failure(
-      world, "replay: ", [&] { model.backward_train(weights, t.ce, t.cw); }, &guard);
+  LabelShares labels;
+  labels.fref = r.fref.data();
+  labels.w_ref = me == 0 ? r.w_ref : zero;
+  labels.natoms = me == 0 ? r.natoms : 0.0;
+  labels.e_ref = [&](double) { return me == 0 ? r.e_ref : 0.0; };
+  ConfigurationGradient g;
+  return configuration_gradient(model, in, exchange, labels, set, world, "replay: ", g);
 }
 
 DistributedTrainer::DistributedTrainer(const FinetuneSettings &settings,

@@ -81,6 +81,41 @@ ConfigurationLoss configuration_loss(double e, double e_ref, const double *w, co
                                      double natoms, double se_f, const FinetuneSettings &set,
                                      MPI_Comm world);
 
+// The distributed loss gradient of one labelled configuration
+// (doc/fix_torch_finetune.rst, "the exact distributed gradient"), the one
+// place it is written: fix torch/finetune calls it for a fresh
+// configuration, the replay for a stored one. On every rank of `world`,
+// each with its graph `in` (nodes [0, n_local) the atoms it owns, a layered
+// model's feature exchange in in.halo):
+//   1. the training pass: this graph's energy, virial and partial forces
+//      on every node, differentiable in the parameters;
+//   2. partial forces summed to the owners by `owners` (reverse: every
+//      node's row to its atom's owner), the squared force residual;
+//   3. the configuration's loss from every rank's shares (configuration_loss);
+//   4. residual weights on the owned nodes, copied to every node of the same
+//      atom by `owners` (forward), and the weighted backward pass, which
+//      adds this rank's share of the loss gradient to the parameters'
+//      gradients (the sum over ranks is the whole gradient).
+// Model passes agree on failure (AgreedExchange, agreed_failure): the
+// lowest failing rank's message after `prefix` on every rank, or empty.
+struct LabelShares {
+  const double *fref = nullptr;           // [n_local][3] teacher forces on the owned nodes
+  const double *w_ref = nullptr;          // this rank's share of the teacher's virial (6)
+  double natoms = 0.0;                    // this rank's share of the atoms the model covers
+  // this rank's share of the teacher's energy, given this rank's model
+  // energy (collective: an energy reference fitted on the fly sums them)
+  std::function<double(double e_part)> e_ref;
+};
+struct ConfigurationGradient {
+  double e_part = 0.0, w_part[6] = {0, 0, 0, 0, 0, 0};    // this rank's shares
+  std::vector<double> forces;    // [n_local][3] the model's forces on the owned nodes
+  ConfigurationLoss loss;
+};
+std::string configuration_gradient(Model &model, const GraphInput &in, HaloExchange &owners,
+                                   const LabelShares &labels, const FinetuneSettings &set,
+                                   MPI_Comm world, const std::string &prefix,
+                                   ConfigurationGradient &out);
+
 // The training state of fix torch/finetune and its update: the members and
 // their optimizers, the counters, the round's statistics, the replay buffer
 // and the update policy, with the update that every rank of every replica
