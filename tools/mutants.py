@@ -99,7 +99,7 @@ MUTANTS = [
       gtest("test_core", "TrainingErrors.*"), "a failed training pass leaves parameters requiring gradients"),
     M("replay_residual_sign", "src/core/distributed.cpp",
       "owned[k] = t.cf * (F[k] - fref[k]);", "owned[k] = t.cf * (fref[k] - F[k]);",
-      gtest("test_finetune", "Replay.*"), "the force residual of the distributed gradient (fresh and replayed) with the wrong sign"),
+      gtest("test_finetune", "Systems/Gradient.*"), "the force residual of the distributed gradient (fresh and replayed) with the wrong sign"),
     M("agreed_exchange_off", "src/core/distributed.cpp",
       "  const std::string f = first_failure(comm_, true, \"\");\n  if (!f.empty()) {",
       "  const std::string f;\n  if (!f.empty()) {",
