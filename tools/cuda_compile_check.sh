@@ -68,7 +68,7 @@ for prec in DOUBLE_DOUBLE SINGLE_DOUBLE; do
     "$nvcc" -std=c++20 -x cu -arch=sm_90 --extended-lambda --expt-relaxed-constexpr -O2 -c \
       -DLAMMPS_SMALLBIG -DLMP_KOKKOS -DLMP_KOKKOS_$prec -DLMP_KOKKOS_LAYOUT_LEGACY \
       -DML_TORCH_KOKKOS_PRECISION_LAYER -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX \
-      -I"$k" -I"$lammps/src/KOKKOS" -I"$lammps/src" -I"$styles" -I"$here/src" -I"$here/src/core" -I"$here/kokkos" \
+      -I"$k" -I"$lammps/src/KOKKOS" -I"$lammps/src" -I"$styles" -I"$here/src" -I"$here/src/core" -I"$here/src/mpi" -I"$here/kokkos" \
       -I"$mpi_inc" "$here/kokkos/$unit.cpp" -o "$obj" > "$work/nvcc.$unit.$prec.log" 2>&1 || rc=$?
     head -n 60 "$work/nvcc.$unit.$prec.log"
     [ "$rc" -eq 0 ] || { echo "CUDA compile check ($prec, $unit.cpp) FAILED (nvcc exit $rc; log $work/nvcc.$unit.$prec.log)"; exit 1; }
