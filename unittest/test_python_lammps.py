@@ -23,12 +23,12 @@ import warnings
 import numpy as np
 import torch
 
-from python_common import finetune_script, root  # sets the path to mltorch
+from python_common import Good, finetune_script, root  # sets the path to mltorch
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 
 from mltorch import lammps_data  # noqa: E402
-from mltorch.export import read_metadata  # noqa: E402
+from mltorch.export import export, read_metadata  # noqa: E402
 from mltorch.graph import build_graph, edge_vectors, evaluate  # noqa: E402
 from mltorch.models import LocalMBNet  # noqa: E402
 from mltorch.train import batch_predict, errors, fit_energy_shift, prepare, scale_features, train  # noqa: E402
@@ -274,6 +274,34 @@ pair_style torch
 pair_coeff * * {student} Si
 fix ft all torch/finetune 2 teacher sw "* * {sw} Si"
 """
+
+
+@unittest.skipUnless(os.environ.get("ML_TORCH_LMP"), "ML_TORCH_LMP (the lmp executable) not set")
+class CommitteeUnits(unittest.TestCase):
+    def test_members_in_other_units_are_refused(self):
+        """A committee needs its members in one unit style (doc/pair_torch.rst,
+        "Committees"): a Si model in real units beside si_local (metal) is
+        refused with the pair style's ERROR, naming both."""
+        tmp = tempfile.mkdtemp()
+        real = os.path.join(tmp, "si_real.pt")
+        export(Good(), real, cutoff=3.0, elements=["Si"], units="real")
+        local = os.path.join(root, "potentials", "si_local.pt")
+        script = f"""units metal
+lattice diamond 5.431
+region box block 0 1 0 1 0 1
+create_box 1 box
+create_atoms 1 box
+mass 1 28.0855
+pair_style torch
+pair_coeff * * {local} {real} Si
+"""
+        out = subprocess.run([os.environ["ML_TORCH_LMP"], "-log", "none", "-echo", "none"], input=script,
+                             capture_output=True, text=True, cwd=tmp)
+        shutil.rmtree(tmp)
+        text = out.stdout + out.stderr
+        self.assertNotEqual(out.returncode, 0, text[-2000:])
+        self.assertIn(f"committee member 2 ({real}) does not match member 1 ({local}): units metal vs "
+                      "real; a committee needs models of the same elements, units, cutoff and depth", text)
 
 
 @unittest.skipUnless(os.environ.get("ML_TORCH_LMP"), "ML_TORCH_LMP (the lmp executable) not set")
