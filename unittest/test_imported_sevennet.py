@@ -222,13 +222,14 @@ class SevenNetImportCommand(unittest.TestCase):
         from unittest import mock
         from mltorch import importers
         from mltorch.export import read_metadata
+        from mltorch.importers import routine
         from mltorch.importers import sevenn as s7
         self.imported()
 
         def export(module, path, **kwargs):
             shutil.copyfile(self.model, path)
             return read_metadata(path)
-        patches = [mock.patch.object(importers, "export", export)]
+        patches = [mock.patch.object(routine, "export", export)]
         reference = s7.reference
         patches.append(mock.patch.object(
             s7, "reference", lambda atoms, *a, **k: corrupt(atoms, reference(atoms, *a, **k))))

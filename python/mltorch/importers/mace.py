@@ -324,3 +324,20 @@ def references(atoms_list, path, dtype="float64", head=None):
                             "stress": a.get_stress(),
                             "energies": calc.results["energies"].copy()})
         return results
+
+
+def imported(args):
+    """mltorch-import mace: the wrapper of args.source and what the file records
+    (mltorch.importers.routine writes it)."""
+    import mace
+    from .routine import Imported
+    model = MACEModel(args.source, elements=args.elements, dtype=args.dtype, head=args.head)
+    return Imported(
+        model=model, units="metal", dtype=args.dtype, num_interaction_layers=model.num_layers,
+        model_type="mace",
+        imported={"framework": "mace-torch", "framework_version": mace.__version__,
+                  "model": os.path.basename(args.source), "checkpoint_sha256": sha256(args.source),
+                  "head": model.head_name},
+        architecture={"path": os.path.abspath(args.source), "elements": model.elements,
+                      "dtype": args.dtype, "head": model.head_name},
+        references=lambda atoms: references(atoms, args.source, args.dtype, args.head))

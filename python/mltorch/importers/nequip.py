@@ -381,3 +381,33 @@ def references(atoms_list, path, dtype=None):
             results.append({"energy": float(a.get_potential_energy()), "forces": a.get_forces(),
                             "stress": a.get_stress(), "energies": a.get_potential_energies()})
         return results
+
+
+def imported(args):
+    """mltorch-import nequip: the wrapper of args.source (a NequIP or Allegro
+    model, in the model's own dtype unless --dtype, in the units its ZBL term
+    was built in unless --units) and what the file records
+    (mltorch.importers.routine writes it)."""
+    import sys
+    import nequip
+    from .routine import Imported
+    graph_model = load_nequip(args.source, args.dtype)
+    dtype = {torch.float32: "float32", torch.float64: "float64"}[graph_model.model_dtype]
+    args.dtype = dtype
+    units, units_from, note = model_units(graph_model, args.units)
+    if note:
+        print(f"mltorch-import: note: {note}", file=sys.stderr)
+    model = NequIPModel(graph_model, elements=args.elements).eval()
+    framework = "nequip" if model.is_gnn else "nequip-allegro"
+    version = nequip.__version__
+    if not model.is_gnn:
+        from importlib.metadata import version as installed
+        version += f", nequip-allegro {installed('nequip-allegro')}"
+    return Imported(
+        model=model, units=units, dtype=dtype, num_interaction_layers=max(model.num_layers, 1),
+        model_type="nequip" if model.is_gnn else "allegro",
+        imported={"framework": framework, "framework_version": version,
+                  "model": os.path.basename(args.source), "checkpoint_sha256": sha256(args.source),
+                  "units_from": units_from},
+        architecture={"path": os.path.abspath(args.source), "dtype": dtype, "elements": model.elements},
+        references=lambda atoms: references(atoms, args.source, dtype))

@@ -383,3 +383,24 @@ def references(atoms_list, checkpoint="7net-0", dtype="float64", modality=None):
                         "stress": -np.array([xx, yy, zz, yz, zx, xy]),
                         "energies": out["atomic_energy"].detach().double().numpy().reshape(-1)})
     return results
+
+
+def imported(args):
+    """mltorch-import sevenn: the wrapper of args.source and what the file records
+    (mltorch.importers.routine writes it)."""
+    import sevenn
+    from .routine import Imported
+    path = checkpoint_path(args.source)     # absolute
+    # a shipped name stays a name (a file of the installed sevenn package);
+    # a checkpoint file is recorded by its absolute path, as typed paths are
+    # relative to a directory mltorch-compile need not run in
+    source = args.source if args.source in PRETRAINED else path
+    model = SevenNetModel(source, elements=args.elements, dtype=args.dtype, modality=args.modality)
+    return Imported(
+        model=model, units="metal", dtype=args.dtype, num_interaction_layers=model.num_blocks,
+        model_type="sevenn",
+        imported={"framework": "sevenn", "framework_version": sevenn.__version__, "model": source,
+                  "checkpoint_sha256": sha256(path), "modality": args.modality},
+        architecture={"checkpoint": source, "elements": model.elements, "dtype": args.dtype,
+                      "modality": args.modality},
+        references=lambda atoms: references(atoms, source, args.dtype, args.modality))
