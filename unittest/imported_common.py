@@ -216,6 +216,16 @@ def relative_differences(got, ref):
                             / np.abs(ref["forces"]).max())}
 
 
+def assert_file_matches(test, module, num_layers, pos, cell, species, cutoff, ref, what, tol=1e-10):
+    """evaluate_file() on both paths against `ref` (the framework's own numbers):
+    every relative difference below `tol`, each printed."""
+    for how, values in evaluate_file(module, num_layers, pos, cell, species, cutoff).items():
+        d = relative_differences(values, ref)
+        print(f"{what}, {how}: relative differences " + ", ".join(f"{k} {v:.2g}" for k, v in d.items()))
+        for key, value in d.items():
+            test.assertLess(value, tol, f"{what}, {how}: {key}")
+
+
 MACE_MODEL = os.path.join(root, "potentials", "frameworks", "mace_sic", "mace_sic.model")
 SIC = ["Si", "C"]
 

@@ -14,8 +14,9 @@ import unittest
 
 import numpy as np
 
-from imported_common import (zincblende_cell, virial_of, has, ImportedThroughLammps, small_cell,
-                             evaluate_file, relative_differences, MACE_MODEL, SIC)
+from imported_common import (assert_file_matches, zincblende_cell, virial_of, has,
+                             ImportedThroughLammps, small_cell, relative_differences, MACE_MODEL,
+                             SIC)
 
 
 @unittest.skipUnless(os.environ.get("ML_TORCH_LMP"), "ML_TORCH_LMP (the lmp executable) not set")
@@ -163,13 +164,8 @@ class MACEPairRepulsion(unittest.TestCase):
                 self.assertTrue(model.has_pair_repulsion)
                 model.script_blocks()
                 scripted = torch.jit.script(model)
-                got = evaluate_file(scripted, model.num_layers, pos, cell, species, model.cutoff)
-                for how, values in got.items():
-                    d = relative_differences(values, ref)
-                    print(f"{variant}, {how}: relative differences "
-                          + ", ".join(f"{k} {v:.2g}" for k, v in d.items()))
-                    for key, value in d.items():
-                        self.assertLess(value, 1e-10, f"{variant}, {how}: {key}")
+                assert_file_matches(self, scripted, model.num_layers, pos, cell, species, model.cutoff,
+                                    ref, variant)
 
 
 @unittest.skipUnless(os.environ.get("ML_TORCH_LMP"), "ML_TORCH_LMP (the lmp executable) not set")

@@ -17,9 +17,8 @@ import warnings
 
 import numpy as np
 
-from imported_common import (root, zincblende_cell, run_lammps, virial_of, import_model, has,
-                             ImportedThroughLammps, small_cell, evaluate_file, relative_differences,
-                             SIC, NEQUIP_DIR)
+from imported_common import (assert_file_matches, root, zincblende_cell, run_lammps, virial_of,
+                             import_model, has, ImportedThroughLammps, small_cell, SIC, NEQUIP_DIR)
 
 
 @unittest.skipUnless(os.environ.get("ML_TORCH_LMP"), "ML_TORCH_LMP (the lmp executable) not set")
@@ -167,14 +166,8 @@ class NequIPUnits(unittest.TestCase):
         ref = nq.reference(atoms, self.real)       # kcal/mol, kcal/mol/A
         print(f"\nreal-units NequIP: energy {ref['energy']:.6g} kcal/mol, largest force "
               f"{np.abs(ref['forces']).max():.4g} kcal/mol/A")
-        got = evaluate_file(scripted, model.num_layers, pos, cell,
-                            [REAL_TYPES.index(s) for s in symbols], model.cutoff)
-        for how, values in got.items():
-            d = relative_differences(values, ref)
-            print(f"real-units NequIP, {how}: relative differences "
-                  + ", ".join(f"{k} {v:.2g}" for k, v in d.items()))
-            for key, value in d.items():
-                self.assertLess(value, 1e-10, f"{how}: {key}")
+        assert_file_matches(self, scripted, model.num_layers, pos, cell,
+                            [REAL_TYPES.index(s) for s in symbols], model.cutoff, ref, "real-units NequIP")
 
     def test_units_come_from_the_zbl_term_else_the_option(self):
         from mltorch.importers import nequip as nq

@@ -28,9 +28,9 @@ import unittest
 
 import numpy as np
 
-from imported_common import (root, ELEMENTS, ternary_cell, write_data, run_lammps, virial_of,
-                             import_model, has, ImportedThroughLammps, small_cell, evaluate_file,
-                             relative_differences)
+from imported_common import (assert_file_matches, root, ELEMENTS, ternary_cell, write_data,
+                             run_lammps, virial_of, import_model, has, ImportedThroughLammps,
+                             small_cell, relative_differences)
 
 
 @unittest.skipUnless(os.environ.get("ML_TORCH_LMP"), "ML_TORCH_LMP (the lmp executable) not set")
@@ -131,13 +131,8 @@ class SevenNetCheckpoints(unittest.TestCase):
                 scripted = torch.jit.script(model)
                 ref = s7.reference(atoms, name, "float64", modality)
                 energies[(name, modality)] = ref["energy"]
-                got = evaluate_file(scripted, model.num_blocks, pos, cell, species, model.cutoff)
-                for path, values in got.items():
-                    d = relative_differences(values, ref)
-                    print(f"{what}, {path}: relative differences "
-                          + ", ".join(f"{k} {v:.2g}" for k, v in d.items()))
-                    for key, value in d.items():
-                        self.assertLess(value, 1e-10, f"{what}, {path}: {key}")
+                assert_file_matches(self, scripted, model.num_blocks, pos, cell, species, model.cutoff,
+                                    ref, what)
         # the heads are different models: a modality that is not reaching
         # the layers would give one head's numbers for both
         pbe, r2scan = energies[("7net-mf-0", "PBE")], energies[("7net-mf-0", "R2SCAN")]
