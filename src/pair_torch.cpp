@@ -24,8 +24,8 @@
 #include "universe.h"
 #include "update.h"
 
-#include "mltorch/committee.h"
-#include "mltorch/halo.h"
+#include "torch_committee.h"
+
 #include "mltorch/model.h"
 #include "mltorch/runtime.h"
 
@@ -47,34 +47,10 @@ static const char cite_ml_torch[] =
     " note = {LAMMPS package, version 0.1.0}\n"
     "}\n\n";
 
-/* ----------------------------------------------------------------------
-   the halo exchange a layered model calls between its layers: LAMMPS's
-   forward and reverse communication of this pair style
-------------------------------------------------------------------------- */
-
-struct PairTorch::HaloComm : public MLTorch::HaloExchange {
-  explicit HaloComm(PairTorch *p) : pair(p) {}
-  void forward(const double *owned, double *all, int width) override
-  {
-    const double t = platform::walltime();
-    pair->halo_forward(owned, all, width);
-    pair->time_halo += platform::walltime() - t;
-  }
-  void reverse(const double *all, double *owned, int width) override
-  {
-    const double t = platform::walltime();
-    pair->halo_reverse(all, owned, width);
-    pair->time_halo += platform::walltime() - t;
-  }
-  PairTorch *pair;
-};
-
-/* ---------------------------------------------------------------------- */
-
 PairTorch::PairTorch(LAMMPS *lmp) :
-    Pair(lmp), device_name("cpu"), nthreads(0), cutoff(0.0), cutghost_model(0.0), nlayers(1),
-    halo(std::make_unique<HaloComm>(this)), output(std::make_unique<MLTorch::GraphOutput>()),
-    ncounted(0)
+    Pair(lmp), graph(std::make_unique<TorchGraph>(lmp, this, comm_rows)),
+    committee(std::make_unique<TorchCommittee>(lmp)), device_name("cpu"), nthreads(0),
+    cutoff(0.0), cutghost_model(0.0), nlayers(1), output(std::make_unique<MLTorch::GraphOutput>())
 {
   single_enable = 0;
   restartinfo = 0;
@@ -99,15 +75,6 @@ PairTorch::~PairTorch()
   // older LAMMPS versions do not free map in ~Pair(); newer ones do (nullptr is safe)
   delete[] map;
   map = nullptr;
-}
-
-/* ----------------------------------------------------------------------
-   the exchange handed to the model: this style's, when it uses one
-------------------------------------------------------------------------- */
-
-MLTorch::HaloExchange *PairTorch::halo_exchanger() const
-{
-  return use_exchange ? halo.get() : nullptr;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -143,7 +110,7 @@ void PairTorch::settings(int narg, char **arg)
   const bool thick_before = halo_thick, fold_before = fold_images;
   nthreads = 0;
   device_name = "cpu";
-  committee_mean = false;
+  committee->mean = false;
   halo_thick = false;
   fold_images = true;
   int iarg = 0;
@@ -161,9 +128,9 @@ void PairTorch::settings(int narg, char **arg)
     } else if (strcmp(arg[iarg], "committee") == 0) {
       if (iarg + 2 > narg) MLTorchLmp::missing_args(FLERR, "pair_style torch committee", error);
       if (strcmp(arg[iarg + 1], "first") == 0)
-        committee_mean = false;
+        committee->mean = false;
       else if (strcmp(arg[iarg + 1], "mean") == 0)
-        committee_mean = true;
+        committee->mean = true;
       else
         error->all(FLERR, "Illegal pair_style torch committee value {}: must be first or mean",
                    arg[iarg + 1]);
@@ -219,15 +186,6 @@ std::string PairTorch::torch_device() const
 }
 
 /* ----------------------------------------------------------------------
-   stop all ranks with the message of the lowest failing rank
-------------------------------------------------------------------------- */
-
-void PairTorch::collective_check(bool ok, const std::string &message)
-{
-  MLTorchLmp::stop_collectively(error, world, ok, message);
-}
-
-/* ----------------------------------------------------------------------
    pair_coeff * * model.pt [model2.pt ...] El1 El2 ... ElN   (NULL for
    uncovered types); several model files make a committee
 ------------------------------------------------------------------------- */
@@ -249,71 +207,11 @@ void PairTorch::coeff(int narg, char **arg)
   MLTorch::set_single_interop_thread();
   MLTorch::keep_large_allocations();
   MLTorch::cache_tensor_blocks();
-  std::vector<std::shared_ptr<MLTorch::Model>> loaded_members;
-  std::vector<std::string> files, hashes;
-  for (int m = 0; m < nfiles; ++m) {
-    // rank 0 finds the file (like other potential files, also through the
-    // LAMMPS_POTENTIALS folder), reads it once and broadcasts its bytes: no
-    // file-system storm when thousands of ranks start
-    std::string bytes, message, path = arg[2 + m];
-    bool ok = true;
-    if (comm->me == 0) {
-      const std::string found = utils::get_potential_file_path(path);
-      if (!found.empty()) path = found;
-      try {
-        bytes = MLTorch::read_file(path);
-      } catch (std::exception &e) {
-        ok = false;
-        message = e.what();
-        // a misspelt element is read as a file name when the count is off
-        if (nfiles > 1)
-          message += fmt::format(" (pair_coeff read {} model files, because {} words follow "
-                                 "'* *' and there are {} atom types)",
-                                 nfiles, narg - 2, ntypes);
-      }
-    }
-    collective_check(ok, message);
-    MLTorch::broadcast_bytes(path, 0, world);
-    MLTorch::broadcast_bytes(bytes, 0, world);
-    std::shared_ptr<MLTorch::Model> loaded;
-    try {
-      loaded = std::make_shared<MLTorch::Model>(bytes, path, torch_device());
-    } catch (std::exception &e) {
-      ok = false;
-      message = e.what();
-    }
-    collective_check(ok, message);
-    if (m > 0) {
-      // a committee answers the same question: same elements, units,
-      // cutoff and depth (so one graph serves all members)
-      const auto &a = loaded_members[0]->metadata(), &b = loaded->metadata();
-      std::string what;
-      if (a.elements != b.elements)
-        what = fmt::format("elements {} vs {}", join_words(a.elements), join_words(b.elements));
-      else if (a.units != b.units)
-        what = fmt::format("units {} vs {}", a.units, b.units);
-      else if (a.cutoff != b.cutoff)
-        what = fmt::format("cutoff {} vs {}", a.cutoff, b.cutoff);
-      else if (a.num_interaction_layers != b.num_interaction_layers)
-        what = fmt::format("{} vs {} interaction layers", a.num_interaction_layers,
-                           b.num_interaction_layers);
-      if (!what.empty())
-        error->all(FLERR,
-                   "Pair style torch: committee member {} ({}) does not match member 1 ({}): {}; "
-                   "a committee needs models of the same elements, units, cutoff and depth",
-                   m + 1, path, files[0], what);
-    }
-    loaded_members.push_back(std::move(loaded));
-    files.push_back(path);
-    hashes.push_back(MLTorch::content_hash(bytes));
-  }
-  members = std::move(loaded_members);
-  member_files = std::move(files);
-  member_hashes = std::move(hashes);
-  model_ = members[0];
-  model_file = member_files[0];
-  model_hash_ = member_hashes[0];
-  member_out.clear();
+  committee->load(std::vector<std::string>(arg + 2, arg + 2 + nfiles), torch_device(), ntypes,
+                  narg - 2);
+  model_ = committee->member(0);
+  model_file = committee->path(0);
+  model_hash_ = committee->hash(0);
   committee_changed();
   arg += nfiles - 1;    // the element names follow the last file
   narg -= nfiles - 1;
@@ -329,6 +227,7 @@ void PairTorch::coeff(int narg, char **arg)
   map_element2type(narg - 3, arg + 3);
   for (int t = 1; t <= ntypes; t++)
     type2species[t] = (map[t] >= 0) ? meta.species_of(elements[map[t]]) : -1;
+  graph->shape.type2species = type2species;
 
   cutoff = meta.cutoff;
   nlayers = meta.num_interaction_layers;
@@ -345,10 +244,13 @@ void PairTorch::coeff(int narg, char **arg)
                                      model_->compiled_threads())
                        : std::string("TorchScript"),
                    model_hash_);
-  if (comm->me == 0 && members.size() > 1)
-    utils::logmesg(lmp,
-                   "pair_style torch: committee of {} models (MD on {}): {}\n", members.size(),
-                   committee_mean ? "their mean" : "the first", join_words(member_files));
+  if (comm->me == 0 && committee->size() > 1) {
+    std::vector<std::string> files;
+    for (int m = 0; m < committee->size(); ++m) files.push_back(committee->path(m));
+    utils::logmesg(lmp, "pair_style torch: committee of {} models (MD on {}): {}\n",
+                   committee->size(), committee->mean ? "their mean" : "the first",
+                   join_words(files));
+  }
   log_halo_mode();
 }
 
@@ -363,17 +265,15 @@ void PairTorch::derive_halo_mode()
 {
   use_exchange = false;
   feature_width = 0;
-  if (nlayers > 1 && !halo_thick) {
-    // every member layered (the committee check made their depths equal)
-    use_exchange = true;
-    for (const auto &m : members) {
-      use_exchange = use_exchange && m->metadata().layered;
-      if (m->metadata().layered)
-        for (int w : m->metadata().feature_widths) feature_width = std::max(feature_width, w);
-    }
-  }
+  // every member layered (the committee check made their depths equal)
+  if (nlayers > 1 && !halo_thick) use_exchange = committee->all_layered(feature_width);
   // thick ghosts: edges around ghost centres too (ghost neighbor lists)
   ghostneigh = (nlayers > 1 && !use_exchange) ? 1 : 0;
+  graph->shape.cutoff = cutoff;
+  graph->shape.nlayers = nlayers;
+  graph->shape.ghost_lists = ghostneigh;
+  graph->shape.exchange = use_exchange;
+  graph->shape.fold = fold_supported && fold_images;
   // the atomic (centroid) virial: every model and halo mode (compute()); a
   // variant may not provide it (torch/kk)
   centroidstressflag = centroid_supported ? CENTROID_AVAIL : CENTROID_NOTAVAIL;
@@ -381,7 +281,7 @@ void PairTorch::derive_halo_mode()
   // per-member forces travel to their owners in one reverse communication;
   // the exchange moves feature_width values per atom both ways
   comm_forward = use_exchange ? feature_width : 0;
-  comm_reverse = std::max(members.size() > 1 ? 3 * static_cast<int>(members.size()) : 0,
+  comm_reverse = std::max(committee->size() > 1 ? 3 * committee->size() : 0,
                           use_exchange ? feature_width : 0);
   halo_settings_changed = false;
 }
@@ -396,7 +296,7 @@ void PairTorch::log_halo_mode()
                        ? fmt::format("layered model: per-layer halo exchange of {} features per atom "
                                      "between its {} layers, ghost atoms one cutoff deep{}",
                                      join_words(meta.feature_widths), nlayers,
-                                     fold_possible() ? "; on this single rank ghosts are folded "
+                                     graph->fold_possible() ? "; on this single rank ghosts are folded "
                                                        "onto their owners and the model runs in "
                                                        "one call ('fold no' keeps the exchange)"
                                      : (comm->nprocs == 1 && !fold_images
@@ -420,7 +320,7 @@ void PairTorch::log_halo_mode()
 
 void PairTorch::init_style()
 {
-  time_pair = time_model = time_halo = 0.0;
+  time_pair = time_model = graph->time_halo = 0.0;
   if (!model_) error->all(FLERR, "Pair style torch: pair_coeff * * model.pt ... must come first");
   if (force->newton_pair == 0)
     error->all(FLERR, "Pair style torch requires newton pair on (use 'newton on')");
@@ -435,7 +335,7 @@ void PairTorch::init_style()
 
   // LAMMPS's init() restarts the neighbor build count: the ghost owners of
   // a fold are found again on the first build of this run
-  owners_built = -1;
+  graph->new_run();
   if (halo_settings_changed) {
     derive_halo_mode();
     log_halo_mode();
@@ -507,17 +407,8 @@ void PairTorch::init_style()
   if (comm->me == 0)
     utils::logmesg(lmp, "pair_style torch: {} LibTorch thread(s) per MPI rank\n", nt);
 
-  // a re-issued pair_style may name another device: the model follows
-  const std::string dev = torch_device();
-  bool ok = true;
-  std::string message;
-  try {
-    for (auto &m : members) m->to_device(dev);
-  } catch (std::exception &e) {
-    ok = false;
-    message = e.what();
-  }
-  collective_check(ok, message);
+  // a re-issued pair_style may name another device: the models follow
+  committee->to_device(torch_device());
 }
 
 /* ---------------------------------------------------------------------- */
@@ -544,8 +435,9 @@ void PairTorch::compute(int eflag, int vflag)
   // steps a compute asks for it; under the exchange it needs the ghost
   // nodes, so no fold on those steps
   const bool moments = cvflag_atom && nlayers > 1;
-  build_graph(!moments);
-  if (log_ghosts) log_ghost_counts(graph_size[0]);
+  graph->build(list, !moments);
+  if (log_ghosts) graph->log_ghost_counts(graph->size[0]);
+  log_ghosts = false;
 
   ++ncompute;
   // fix torch/finetune replaces the model's share of this step after its
@@ -561,35 +453,33 @@ void PairTorch::compute(int eflag, int vflag)
 
   model_calls[0] += 1.0;
   MLTorch::GraphInput in;
-  graph_input(in);
+  graph->input(in);
   // the edge moments need every node's position in this rank's frame
   if (moments) {
-    centroid_pos.resize(3 * static_cast<std::size_t>(in.n_nodes));
-    for (int64_t n = 0; n < in.n_nodes; ++n)
-      for (int k = 0; k < 3; ++k) centroid_pos[3 * n + k] = atom->x[node2atom[n]][k];
-    in.centroid_positions = centroid_pos.data();
+    in.centroid_positions = graph->node_positions();
     in.atomic_virial = true;
   }
   const double t_model = platform::walltime();
-  evaluate_md(in, *output);
+  committee->evaluate_md(in, *output, ncompute);
   stamp_output = ncompute;
-  if (committee_mean) stamp_members = ncompute;    // member_out holds this graph's outputs
   time_model += platform::walltime() - t_model;
-  check_finite();
+  std::string where;
+  if (!graph->finite(*output, where)) nonfinite_error(where);
 
   if (eflag_global) eng_vdwl += output->energy;
+  const std::vector<int> &node2atom = graph->node_atoms();
   if (eflag_atom)
-    for (int n = 0; n < ncounted; n++) eatom[node2atom[n]] += output->node_energy[n];
+    for (int n = 0; n < graph->n_counted(); n++) eatom[node2atom[n]] += output->node_energy[n];
 
-  // forces, and the virial tallies this step asks for (scatter_edges)
-  EdgeTallies tallies;
+  // forces, and the virial tallies this step asks for
+  TorchGraph::Tallies tallies;
   tallies.virial = vflag_global ? virial : nullptr;
   tallies.vatom = vflag_atom ? vatom : nullptr;
   tallies.cvatom = cvflag_atom ? cvatom : nullptr;
   tallies.moments = moments ? output->edge_moment.data() : nullptr;
   tallies.x = atom->x;
   const bool tally = vflag_global || vflag_atom || cvflag_atom;
-  scatter_edges(output->edge_grad.data(), atom->f[0], 3, tally ? &tallies : nullptr);
+  graph->scatter(output->edge_grad.data(), atom->f[0], 3, tally ? &tallies : nullptr);
   time_pair += platform::walltime() - t_start;
 }
 
@@ -608,52 +498,38 @@ void PairTorch::complete_deferred(double energy, const double *w)
   deferred_at = -1;
 }
 
-/* ---------------------------------------------------------------------- */
-
-/* ---------------------------------------------------------------------- */
+/* ----------------------------------------------------------------------
+   the rows the graph or the committee communicates (CommRows): copied
+   from owners to ghost copies, and summed from ghost copies into owners
+------------------------------------------------------------------------- */
 
 int PairTorch::pack_forward_comm(int n, int *list, double *buf, int /*pbc_flag*/, int * /*pbc*/)
 {
-  const std::size_t w = comm_width;
-  for (int i = 0; i < n; ++i) std::memcpy(buf + i * w, halo_buf.data() + list[i] * w, sizeof(double) * w);
-  return n * comm_width;
+  const std::size_t w = comm_rows.width;
+  for (int i = 0; i < n; ++i) std::memcpy(buf + i * w, comm_rows.data + list[i] * w, sizeof(double) * w);
+  return n * comm_rows.width;
 }
 
 void PairTorch::unpack_forward_comm(int n, int first, double *buf)
 {
-  const std::size_t w = comm_width;
-  std::memcpy(halo_buf.data() + first * w, buf, sizeof(double) * w * n);
+  const std::size_t w = comm_rows.width;
+  std::memcpy(comm_rows.data + first * w, buf, sizeof(double) * w * n);
 }
 
 int PairTorch::pack_reverse_comm(int n, int first, double *buf)
 {
-  if (commflag == COMM_FEATURES) {
-    const std::size_t w = comm_width;
-    std::memcpy(buf, halo_buf.data() + first * w, sizeof(double) * w * n);
-    return n * comm_width;
-  }
-  const int width = 3 * static_cast<int>(members.size());
-  int m = 0;
-  for (int i = first; i < first + n; ++i)
-    for (int k = 0; k < width; ++k) buf[m++] = member_force[static_cast<std::size_t>(i) * width + k];
-  return m;
+  const std::size_t w = comm_rows.width;
+  std::memcpy(buf, comm_rows.data + first * w, sizeof(double) * w * n);
+  return n * comm_rows.width;
 }
 
 void PairTorch::unpack_reverse_comm(int n, int *list, double *buf)
 {
-  if (commflag == COMM_FEATURES) {
-    const std::size_t w = comm_width;
-    for (int i = 0; i < n; ++i) {
-      double *row = halo_buf.data() + list[i] * w;
-      for (std::size_t k = 0; k < w; ++k) row[k] += buf[i * w + k];
-    }
-    return;
+  const std::size_t w = comm_rows.width;
+  for (int i = 0; i < n; ++i) {
+    double *row = comm_rows.data + list[i] * w;
+    for (std::size_t k = 0; k < w; ++k) row[k] += buf[i * w + k];
   }
-  const int width = 3 * static_cast<int>(members.size());
-  int m = 0;
-  for (int i = 0; i < n; ++i)
-    for (int k = 0; k < width; ++k)
-      member_force[static_cast<std::size_t>(list[i]) * width + k] += buf[m++];
 }
 
 /* ----------------------------------------------------------------------
@@ -663,7 +539,7 @@ void PairTorch::unpack_reverse_comm(int n, int *list, double *buf)
 
 void PairTorch::finish()
 {
-  double mine[3] = {time_pair, time_model, time_halo}, sum[3] = {0.0, 0.0, 0.0};
+  double mine[3] = {time_pair, time_model, graph->time_halo}, sum[3] = {0.0, 0.0, 0.0};
   MPI_Allreduce(mine, sum, 3, MPI_DOUBLE, MPI_SUM, world);
   if (comm->me == 0 && sum[0] > 0.0)
     utils::logmesg(lmp,
@@ -680,37 +556,6 @@ void PairTorch::finish()
    a model can return NaN/Inf (e.g. atoms far outside its training data):
    stop with the step and the atoms involved instead of integrating garbage
 ------------------------------------------------------------------------- */
-
-void PairTorch::check_finite()
-{
-  const double *g = output->edge_grad.data();
-  const int64_t n = static_cast<int64_t>(edge_nbr.size());
-  // NaN and inf have all exponent bits set: an integer test the compiler
-  // vectorizes (a floating-point sum could not be reordered)
-  constexpr uint64_t exponent = 0x7ff0000000000000ULL;
-  uint64_t nonfinite = 0;
-  for (int64_t k = 0; k < 3 * n; k++) {
-    uint64_t bits;
-    std::memcpy(&bits, g + k, sizeof(bits));
-    nonfinite |= static_cast<uint64_t>((bits & exponent) == exponent);
-  }
-  if (std::isfinite(output->energy) && !nonfinite) return;
-
-  std::vector<tagint> bad;
-  for (std::size_t k = 0; k < output->node_energy.size() && bad.size() < 10; k++)
-    if (!std::isfinite(output->node_energy[k])) bad.push_back(atom->tag[node2atom[k]]);
-  for (int64_t e = 0; e < n && bad.size() < 10; e++)
-    if (!std::isfinite(g[3 * e]) || !std::isfinite(g[3 * e + 1]) || !std::isfinite(g[3 * e + 2])) {
-      const tagint id = atom->tag[node2atom[edge_index[e]]];
-      if (std::find(bad.begin(), bad.end(), id) == bad.end()) bad.push_back(id);
-    }
-  nonfinite_error(bad.empty() ? "" : " near atom IDs " + join_words(bad));
-}
-
-void PairTorch::model_error(const std::exception &e, const char *what)
-{
-  error->one(FLERR, "Pair style torch{} on step {}: {}", what, update->ntimestep, e.what());
-}
 
 void PairTorch::nonfinite_error(const std::string &where)
 {
@@ -729,10 +574,11 @@ void *PairTorch::extract(const char *name, int &dim)
 {
   if (strcmp(name, "graph_size") == 0) {
     dim = 1;
-    return (void *) graph_size;
+    return (void *) graph->size;
   }
   if (strcmp(name, "model_calls") == 0) {
     dim = 1;
+    model_calls[2] = committee->evaluations;
     return (void *) model_calls;
   }
   return nullptr;
@@ -742,12 +588,66 @@ void *PairTorch::extract(const char *name, int &dim)
 
 double PairTorch::memory_usage()
 {
-  double bytes = Pair::memory_usage();
-  bytes += (double) (atom2node.capacity() + node2atom.capacity() + centres.capacity()) * sizeof(int);
-  bytes += (double) (species.capacity() + edge_index.capacity() + edge_nbr.capacity()) *
-      sizeof(int64_t);
-  bytes += (double) (edge_vec.capacity() + output->edge_grad.capacity() +
-                     output->node_energy.capacity()) *
-      sizeof(double);
+  double bytes = Pair::memory_usage() + graph->memory_usage();
+  bytes += (double) (output->edge_grad.capacity() + output->node_energy.capacity()) * sizeof(double);
   return bytes;
+}
+
+/* ----------------------------------------------------------------------
+   TorchStudent: the models, the graph and the committee of this style
+------------------------------------------------------------------------- */
+
+int PairTorch::committee_size() const
+{
+  return committee->size();
+}
+
+std::shared_ptr<MLTorch::Model> PairTorch::member(int m) const
+{
+  return committee->member(m);
+}
+
+const std::string &PairTorch::member_path(int m) const
+{
+  return committee->path(m);
+}
+
+const std::string &PairTorch::member_hash(int m) const
+{
+  return committee->hash(m);
+}
+
+bool PairTorch::md_on_mean() const
+{
+  return committee->mean;
+}
+
+void PairTorch::committee_changed()
+{
+  committee->changed();
+  stamp_output = -1;
+}
+
+void PairTorch::training_graph(MLTorch::GraphInput &in)
+{
+  graph->host_graph(list, in);
+}
+
+void PairTorch::evaluate_md(const MLTorch::GraphInput &in, MLTorch::GraphOutput &out)
+{
+  committee->evaluate_md(in, out, -1);
+}
+
+/* ----------------------------------------------------------------------
+   committee deviation of the current configuration (TorchCommittee), on
+   the graph of the current neighbor list and positions (the same as the
+   last force call's, unless atoms moved since)
+------------------------------------------------------------------------- */
+
+const PairTorch::Deviation &PairTorch::committee_deviation()
+{
+  if (const Deviation *known = committee->known_deviation(ncompute)) return *known;
+  MLTorch::GraphInput in;
+  deviation_graph(in);
+  return committee->deviation(*graph, in, ncompute, md_output());
 }

@@ -8,26 +8,26 @@
 ------------------------------------------------------------------------- */
 
 /* ----------------------------------------------------------------------
-   pair_style torch: the graph of the model contract built from LAMMPS's
-   neighbor list (local atoms, ghost atoms, edges within the cutoff), the
-   per-layer halo exchange of a layered model by this style's forward and
-   reverse communication, and edge gradients as atom forces
+   the graph of the model contract built from LAMMPS's neighbor list (local
+   atoms, ghost atoms, edges within the cutoff), the fold of ghost images,
+   the per-layer halo exchange of a layered model by the owning pair
+   style's forward and reverse communication, and edge gradients as atom
+   forces and virials: the CPU back end (torch/kk subclasses it)
 ------------------------------------------------------------------------- */
 
-#include "pair_torch.h"
+#include "torch_graph.h"
 
 #include "atom.h"
 #include "comm.h"
 #include "domain.h"
-#include "error.h"
 #include "lmp_compat.h"
+#include "mltorch_mpi.h"
 #include "neigh_list.h"
 #include "neighbor.h"
 #include "platform.h"
-#include "update.h"
 
+#include "mltorch/contract.h"
 #include "mltorch/halo.h"
-#include "mltorch/model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -35,24 +35,75 @@
 
 using namespace LAMMPS_NS;
 
+using MLTorchLmp::join_words;
+
+/* ----------------------------------------------------------------------
+   the halo exchange a layered model calls between its layers: the graph's
+   halo_forward and halo_reverse, timed
+------------------------------------------------------------------------- */
+
+struct TorchGraph::Exchange : public MLTorch::HaloExchange {
+  explicit Exchange(TorchGraph *g) : graph(g) {}
+  void forward(const double *owned, double *all, int width) override
+  {
+    const double t = platform::walltime();
+    graph->halo_forward(owned, all, width);
+    graph->time_halo += platform::walltime() - t;
+  }
+  void reverse(const double *all, double *owned, int width) override
+  {
+    const double t = platform::walltime();
+    graph->halo_reverse(all, owned, width);
+    graph->time_halo += platform::walltime() - t;
+  }
+  TorchGraph *graph;
+};
+
+TorchGraph::TorchGraph(LAMMPS *lmp, Pair *pair, CommRows &comm_rows) :
+    Pointers(lmp), owner(pair), rows(comm_rows), exchange(std::make_unique<Exchange>(this))
+{
+}
+
+TorchGraph::~TorchGraph() = default;
+
+MLTorch::HaloExchange *TorchGraph::exchanger() const
+{
+  return shape.exchange ? exchange.get() : nullptr;
+}
+
+/* ---------------------------------------------------------------------- */
+
+void TorchGraph::communicate(double *data, int width, bool reverse)
+{
+  rows.data = data;
+  rows.width = width;
+  rows.device = false;
+  if (reverse)
+    MLTorchLmp::reverse_comm(comm, owner, width);
+  else
+    MLTorchLmp::forward_comm(comm, owner, width);
+  rows.data = nullptr;
+}
+
 /* ----------------------------------------------------------------------
    graph from the neighbor list: nodes [0, ncounted) are the local atoms of
    this style (their energies count), then ghost-list centres, then any
    other neighbor; edges are all pairs closer than the model cutoff
 ------------------------------------------------------------------------- */
 
-void PairTorch::build_graph(bool may_fold)
+void TorchGraph::build(NeighList *list, bool may_fold)
 {
   // x is one contiguous block: x0[3 * j] saves the row pointer load per pair
   const double *x0 = atom->x[0];
   const int *type = atom->type;
   const int nall = atom->nlocal + atom->nghost;
   const int inum = list->inum;
-  const int ncentre = inum + (ghostneigh ? list->gnum : 0);
+  const int ncentre = inum + (shape.ghost_lists ? list->gnum : 0);
   const int *ilist = list->ilist;
   const int *numneigh = list->numneigh;
   int **firstneigh = list->firstneigh;
-  const double cutsq_model = cutoff * cutoff;
+  const double cutsq_model = shape.cutoff * shape.cutoff;
+  const std::vector<int> &type2species = shape.type2species;
   // with NULL types (pair_style hybrid) their atoms are no neighbours
   bool all_typed = true;
   for (int t = 1; t <= atom->ntypes; ++t) all_typed = all_typed && type2species[t] >= 0;
@@ -98,8 +149,8 @@ void PairTorch::build_graph(bool may_fold)
   }
   edge_index.insert(edge_index.end(), edge_nbr.begin(), edge_nbr.end());
   folded = may_fold && fold_possible() && fold_ghosts();
-  graph_size[0] = static_cast<double>(folded ? ncounted : node2atom.size());
-  graph_size[1] = static_cast<double>(edge_nbr.size());
+  size[0] = static_cast<double>(folded ? ncounted : node2atom.size());
+  size[1] = static_cast<double>(edge_nbr.size());
 }
 
 /* ----------------------------------------------------------------------
@@ -114,9 +165,9 @@ void PairTorch::build_graph(bool may_fold)
    reads the owner's features directly.
 ------------------------------------------------------------------------- */
 
-bool PairTorch::fold_possible() const
+bool TorchGraph::fold_possible() const
 {
-  return fold_supported && fold_images && use_exchange && comm->nprocs == 1;
+  return shape.fold && shape.exchange && comm->nprocs == 1;
 }
 
 /* ----------------------------------------------------------------------
@@ -131,7 +182,7 @@ bool PairTorch::fold_possible() const
    LAMMPS counts the builds from zero again in every run).
 ------------------------------------------------------------------------- */
 
-void PairTorch::find_ghost_owners()
+void TorchGraph::find_ghost_owners()
 {
   const int nlocal = atom->nlocal;
   const int nall = nlocal + atom->nghost;
@@ -139,16 +190,13 @@ void PairTorch::find_ghost_owners()
   if (built == owners_built && static_cast<int>(ghost_owner.size()) == nall) return;
   halo_buf.assign(nall, -1.0);
   for (int i = 0; i < nlocal; ++i) halo_buf[i] = static_cast<double>(i);
-  commflag = COMM_FEATURES;
-  comm_width = 1;
-  MLTorchLmp::forward_comm(comm, this, 1);
-  commflag = COMM_MEMBER_FORCES;
+  communicate(halo_buf.data(), 1, false);
   ghost_owner.resize(nall);
   for (int i = 0; i < nall; ++i) ghost_owner[i] = static_cast<int>(halo_buf[i]);
   owners_built = built;
 }
 
-bool PairTorch::fold_ghosts()
+bool TorchGraph::fold_ghosts()
 {
   const int nlocal = atom->nlocal;
   find_ghost_owners();
@@ -184,11 +232,11 @@ bool PairTorch::fold_ghosts()
    Triclinic boxes keep every ghost centre (the box is not orthogonal).
 ------------------------------------------------------------------------- */
 
-PairTorch::GhostReach PairTorch::ghost_reach() const
+TorchGraph::GhostReach TorchGraph::ghost_reach() const
 {
   GhostReach r;
-  r.prune = ghostneigh && nlayers > 1 && !domain->triclinic;
-  const double reach = (nlayers - 1) * cutoff + neighbor->skin;
+  r.prune = shape.ghost_lists && shape.nlayers > 1 && !domain->triclinic;
+  const double reach = (shape.nlayers - 1) * shape.cutoff + neighbor->skin;
   r.reach_sq = reach * reach;
   for (int d = 0; d < 3; ++d) {
     r.lo[d] = domain->sublo[d];
@@ -199,7 +247,7 @@ PairTorch::GhostReach PairTorch::ghost_reach() const
 
 /* ---------------------------------------------------------------------- */
 
-void PairTorch::graph_input(MLTorch::GraphInput &in) const
+void TorchGraph::input(MLTorch::GraphInput &in) const
 {
   in.n_nodes = folded ? ncounted : static_cast<int64_t>(node2atom.size());
   in.n_local = ncounted;
@@ -207,19 +255,33 @@ void PairTorch::graph_input(MLTorch::GraphInput &in) const
   in.edge_vectors = edge_vec.data();
   in.edge_index = edge_index.data();
   in.species = species.data();
-  in.halo = folded ? nullptr : halo_exchanger();
+  in.halo = folded ? nullptr : exchanger();
 }
 
 /* ---------------------------------------------------------------------- */
 
-void PairTorch::training_graph(MLTorch::GraphInput &in)
+void TorchGraph::host_graph(NeighList *list, MLTorch::GraphInput &in)
 {
-  build_graph();
-  graph_input(in);
+  build(list);
+  input(in);
 }
 
 /* ----------------------------------------------------------------------
-   the force scatter of the current graph, written once for this back end
+   every node's position in this rank's frame (the edge moments of the
+   atomic virial of a message-passing model)
+------------------------------------------------------------------------- */
+
+const double *TorchGraph::node_positions()
+{
+  const std::size_t n = node2atom.size();
+  positions.resize(3 * n);
+  for (std::size_t i = 0; i < n; ++i)
+    for (int k = 0; k < 3; ++k) positions[3 * i + k] = atom->x[node2atom[i]][k];
+  return positions.data();
+}
+
+/* ----------------------------------------------------------------------
+   the force scatter of the host graph, written once for the CPU back end
    (the MD force call, the committee's member forces and the fix's forces
    of an updated model all use it): F_i += g_ij, F_j -= g_ij for edge ij
    (centre i, neighbour j) into rows of `stride` doubles of dst. With
@@ -228,7 +290,7 @@ void PairTorch::training_graph(MLTorch::GraphInput &in)
    (compute centroid/stress/atom) as doc/pair_torch.rst derives it
 ------------------------------------------------------------------------- */
 
-void PairTorch::scatter_edges(const double *g, double *dst, int stride, const EdgeTallies *t) const
+void TorchGraph::scatter(const double *g, double *dst, int stride, const Tallies *t) const
 {
   const std::size_t nedges = edge_nbr.size();
   const double *r = edge_vec.data();
@@ -278,9 +340,36 @@ void PairTorch::scatter_edges(const double *g, double *dst, int stride, const Ed
   }
 }
 
-void PairTorch::add_edge_forces(const double *edge_grad, double *dst, int stride) const
+/* ----------------------------------------------------------------------
+   a model can return NaN/Inf (e.g. atoms far outside its training data):
+   the atoms involved, for the ERROR that stops the run
+------------------------------------------------------------------------- */
+
+bool TorchGraph::finite(const MLTorch::GraphOutput &out, std::string &where) const
 {
-  scatter_edges(edge_grad, dst, stride, nullptr);
+  const double *g = out.edge_grad.data();
+  const int64_t n = static_cast<int64_t>(edge_nbr.size());
+  // NaN and inf have all exponent bits set: an integer test the compiler
+  // vectorizes (a floating-point sum could not be reordered)
+  constexpr uint64_t exponent = 0x7ff0000000000000ULL;
+  uint64_t nonfinite = 0;
+  for (int64_t k = 0; k < 3 * n; k++) {
+    uint64_t bits;
+    std::memcpy(&bits, g + k, sizeof(bits));
+    nonfinite |= static_cast<uint64_t>((bits & exponent) == exponent);
+  }
+  if (std::isfinite(out.energy) && !nonfinite) return true;
+
+  std::vector<tagint> bad;
+  for (std::size_t k = 0; k < out.node_energy.size() && bad.size() < 10; k++)
+    if (!std::isfinite(out.node_energy[k])) bad.push_back(atom->tag[node2atom[k]]);
+  for (int64_t e = 0; e < n && bad.size() < 10; e++)
+    if (!std::isfinite(g[3 * e]) || !std::isfinite(g[3 * e + 1]) || !std::isfinite(g[3 * e + 2])) {
+      const tagint id = atom->tag[node2atom[edge_index[e]]];
+      if (std::find(bad.begin(), bad.end(), id) == bad.end()) bad.push_back(id);
+    }
+  where = bad.empty() ? "" : " near atom IDs " + join_words(bad);
+  return false;
 }
 
 /* ----------------------------------------------------------------------
@@ -290,23 +379,20 @@ void PairTorch::add_edge_forces(const double *edge_grad, double *dst, int stride
    every ghost copy's row into its owner by reverse communication
 ------------------------------------------------------------------------- */
 
-void PairTorch::halo_forward(const double *owned, double *all, int width)
+void TorchGraph::halo_forward(const double *owned, double *all, int width)
 {
   const int nall = atom->nlocal + atom->nghost;
   const std::size_t w = width;
   halo_buf.assign(static_cast<std::size_t>(nall) * w, 0.0);
   for (int n = 0; n < ncounted; ++n)
     std::memcpy(halo_buf.data() + node2atom[n] * w, owned + n * w, sizeof(double) * w);
-  commflag = COMM_FEATURES;
-  comm_width = width;
-  MLTorchLmp::forward_comm(comm, this, width);
-  commflag = COMM_MEMBER_FORCES;
+  communicate(halo_buf.data(), width, false);
   const std::size_t nnodes = node2atom.size();
   for (std::size_t n = 0; n < nnodes; ++n)
     std::memcpy(all + n * w, halo_buf.data() + node2atom[n] * w, sizeof(double) * w);
 }
 
-void PairTorch::halo_reverse(const double *all, double *owned, int width)
+void TorchGraph::halo_reverse(const double *all, double *owned, int width)
 {
   const int nall = atom->nlocal + atom->nghost;
   const std::size_t w = width;
@@ -314,10 +400,7 @@ void PairTorch::halo_reverse(const double *all, double *owned, int width)
   const std::size_t nnodes = node2atom.size();
   for (std::size_t n = 0; n < nnodes; ++n)
     std::memcpy(halo_buf.data() + node2atom[n] * w, all + n * w, sizeof(double) * w);
-  commflag = COMM_FEATURES;
-  comm_width = width;
-  MLTorchLmp::reverse_comm(comm, this, width);
-  commflag = COMM_MEMBER_FORCES;
+  communicate(halo_buf.data(), width, true);
   for (int n = 0; n < ncounted; ++n)
     std::memcpy(owned + n * w, halo_buf.data() + node2atom[n] * w, sizeof(double) * w);
 }
@@ -327,9 +410,8 @@ void PairTorch::halo_reverse(const double *all, double *owned, int width)
    per rank (thick ghosts grow with the layer count, the exchange does not)
 ------------------------------------------------------------------------- */
 
-void PairTorch::log_ghost_counts(double nnodes)
+void TorchGraph::log_ghost_counts(double nnodes)
 {
-  log_ghosts = false;
   const double mine[3] = {static_cast<double>(atom->nghost), nnodes, static_cast<double>(atom->nlocal)};
   double lo[3], hi[3], sum[3];
   MPI_Allreduce(mine, lo, 3, MPI_DOUBLE, MPI_MIN, world);
@@ -340,7 +422,15 @@ void PairTorch::log_ghost_counts(double nnodes)
                    "pair_style torch: {}: ghost atoms per rank {:.0f} to {:.0f} (mean {:.1f}), "
                    "graph nodes per rank {:.0f} to {:.0f} for {:.0f} owned atoms\n",
                    folded ? "ghosts folded onto their owners"
-                          : (use_exchange ? "halo exchange" : "thick ghosts"),
+                          : (shape.exchange ? "halo exchange" : "thick ghosts"),
                    lo[0], hi[0],
                    sum[0] / comm->nprocs, lo[1], hi[1], sum[2]);
+}
+
+double TorchGraph::memory_usage() const
+{
+  double bytes = (double) (atom2node.capacity() + node2atom.capacity() + centres.capacity()) * sizeof(int);
+  bytes += (double) (species.capacity() + edge_index.capacity() + edge_nbr.capacity()) * sizeof(int64_t);
+  bytes += (double) (edge_vec.capacity() + halo_buf.capacity() + positions.capacity()) * sizeof(double);
+  return bytes;
 }
