@@ -21,7 +21,6 @@
 #include "neigh_list.h"
 #include "neighbor.h"
 #include "platform.h"
-#include "universe.h"
 #include "update.h"
 
 #include "torch_committee.h"
@@ -162,30 +161,6 @@ void PairTorch::settings(int narg, char **arg)
 }
 
 /* ----------------------------------------------------------------------
-   the LibTorch device of this rank: 'device cuda' gives the node-local
-   ranks the node's GPUs in turn (rank k on a node uses GPU k mod #GPUs,
-   as LAMMPS's GPU and KOKKOS packages do). The node-local rank is counted
-   in the whole job (universe), not in this partition: with -partition the
-   replicas on a node would otherwise all start at GPU 0. 'device cuda:N'
-   is used as given.
-------------------------------------------------------------------------- */
-
-std::string PairTorch::torch_device() const
-{
-  if (device_name != "cuda") return device_name;
-  const int ngpu = MLTorch::cuda_device_count();
-  if (ngpu < 1) return device_name;    // the model load reports the missing GPU
-  int local = 0;
-#ifndef MPI_STUBS
-  MPI_Comm node;
-  MPI_Comm_split_type(universe->uworld, MPI_COMM_TYPE_SHARED, universe->me, MPI_INFO_NULL, &node);
-  MPI_Comm_rank(node, &local);
-  MPI_Comm_free(&node);
-#endif
-  return MLTorch::cuda_device_for_rank(local, ngpu);
-}
-
-/* ----------------------------------------------------------------------
    pair_coeff * * model.pt [model2.pt ...] El1 El2 ... ElN   (NULL for
    uncovered types); several model files make a committee
 ------------------------------------------------------------------------- */
@@ -207,7 +182,7 @@ void PairTorch::coeff(int narg, char **arg)
   MLTorch::set_single_interop_thread();
   MLTorch::keep_large_allocations();
   MLTorch::cache_tensor_blocks();
-  committee->load(std::vector<std::string>(arg + 2, arg + 2 + nfiles), torch_device(), ntypes,
+  committee->load(std::vector<std::string>(arg + 2, arg + 2 + nfiles), committee->rank_device(device_name), ntypes,
                   narg - 2);
   model_ = committee->member(0);
   model_file = committee->path(0);
@@ -408,7 +383,7 @@ void PairTorch::init_style()
     utils::logmesg(lmp, "pair_style torch: {} LibTorch thread(s) per MPI rank\n", nt);
 
   // a re-issued pair_style may name another device: the models follow
-  committee->to_device(torch_device());
+  committee->to_device(committee->rank_device(device_name));
 }
 
 /* ---------------------------------------------------------------------- */
@@ -594,48 +569,12 @@ double PairTorch::memory_usage()
 }
 
 /* ----------------------------------------------------------------------
-   TorchStudent: the models, the graph and the committee of this style
+   TorchStudent: the graph and the committee of this style
 ------------------------------------------------------------------------- */
-
-int PairTorch::committee_size() const
-{
-  return committee->size();
-}
-
-std::shared_ptr<MLTorch::Model> PairTorch::member(int m) const
-{
-  return committee->member(m);
-}
-
-const std::string &PairTorch::member_path(int m) const
-{
-  return committee->path(m);
-}
-
-const std::string &PairTorch::member_hash(int m) const
-{
-  return committee->hash(m);
-}
-
-bool PairTorch::md_on_mean() const
-{
-  return committee->mean;
-}
-
-void PairTorch::committee_changed()
-{
-  committee->changed();
-  stamp_output = -1;
-}
 
 void PairTorch::training_graph(MLTorch::GraphInput &in)
 {
   graph->host_graph(list, in);
-}
-
-void PairTorch::evaluate_md(const MLTorch::GraphInput &in, MLTorch::GraphOutput &out)
-{
-  committee->evaluate_md(in, out, -1);
 }
 
 /* ----------------------------------------------------------------------

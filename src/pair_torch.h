@@ -17,6 +17,7 @@ PairStyle(torch,PairTorch);
 #define LMP_PAIR_TORCH_H
 
 #include "pair.h"
+#include "torch_committee.h"
 #include "torch_graph.h"
 #include "torch_student.h"
 
@@ -31,8 +32,6 @@ struct GraphOutput;
 }    // namespace MLTorch
 
 namespace LAMMPS_NS {
-
-class TorchCommittee;
 
 // pair_style torch: a LAMMPS pair style around two objects, the graph of
 // this rank (TorchGraph: build, fold, halo exchange, force scatter) and the
@@ -62,18 +61,25 @@ class PairTorch : public Pair, public TorchStudent {
   std::shared_ptr<MLTorch::Model> shared_model() const override { return model_; }
   const std::string &model_hash() const override { return model_hash_; }
   const std::string &model_path() const override { return model_file; }
-  int committee_size() const override;
-  std::shared_ptr<MLTorch::Model> member(int m) const override;
-  const std::string &member_path(int m) const override;
-  const std::string &member_hash(int m) const override;
-  bool md_on_mean() const override;
+  int committee_size() const override { return committee->size(); }
+  std::shared_ptr<MLTorch::Model> member(int m) const override { return committee->member(m); }
+  const std::string &member_path(int m) const override { return committee->path(m); }
+  const std::string &member_hash(int m) const override { return committee->hash(m); }
+  bool md_on_mean() const override { return committee->mean; }
   int species_of_type(int type) const override { return type2species[type]; }
   const Deviation &committee_deviation() override;
-  void committee_changed() override;
+  void committee_changed() override
+  {
+    committee->changed();
+    stamp_output = -1;
+  }
   void training_graph(MLTorch::GraphInput &in) override;
   const std::vector<int> &graph_atoms() const override { return graph->node_atoms(); }
   bool halo_exchange() const override { return use_exchange; }
-  void evaluate_md(const MLTorch::GraphInput &in, MLTorch::GraphOutput &out) override;
+  void evaluate_md(const MLTorch::GraphInput &in, MLTorch::GraphOutput &out) override
+  {
+    committee->evaluate_md(in, out, -1);
+  }
   const MLTorch::GraphOutput *md_output() const override
   {
     return stamp_output == ncompute && ncompute > 0 ? output.get() : nullptr;
@@ -140,7 +146,6 @@ class PairTorch : public Pair, public TorchStudent {
   // the ERROR of a model that returns non-finite values (`where`: which
   // atoms), the same text for every back end
   void nonfinite_error(const std::string &where);
-  std::string torch_device() const;
 };
 
 }    // namespace LAMMPS_NS

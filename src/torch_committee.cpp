@@ -22,6 +22,7 @@
 #include "lmp_compat.h"
 #include "mltorch_mpi.h"
 #include "torch_graph.h"
+#include "universe.h"
 #include "update.h"
 
 #include "mltorch/committee.h"
@@ -111,6 +112,31 @@ void TorchCommittee::load(const std::vector<std::string> &files, const std::stri
   hashes = std::move(found_hashes);
   member_out.clear();
   changed();
+}
+
+/* ----------------------------------------------------------------------
+   the LibTorch device of this rank for pair_style torch's 'device'
+   keyword: 'device cuda' gives the node-local
+   ranks the node's GPUs in turn (rank k on a node uses GPU k mod #GPUs,
+   as LAMMPS's GPU and KOKKOS packages do). The node-local rank is counted
+   in the whole job (universe), not in this partition: with -partition the
+   replicas on a node would otherwise all start at GPU 0. 'device cuda:N'
+   is used as given.
+------------------------------------------------------------------------- */
+
+std::string TorchCommittee::rank_device(const std::string &device_name) const
+{
+  if (device_name != "cuda") return device_name;
+  const int ngpu = MLTorch::cuda_device_count();
+  if (ngpu < 1) return device_name;    // the model load reports the missing GPU
+  int local = 0;
+#ifndef MPI_STUBS
+  MPI_Comm node;
+  MPI_Comm_split_type(universe->uworld, MPI_COMM_TYPE_SHARED, universe->me, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &local);
+  MPI_Comm_free(&node);
+#endif
+  return MLTorch::cuda_device_for_rank(local, ngpu);
 }
 
 /* ----------------------------------------------------------------------

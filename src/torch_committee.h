@@ -45,6 +45,9 @@ class TorchCommittee : protected Pointers {
   void load(const std::vector<std::string> &files, const std::string &device, int ntypes,
             int nwords);
   void to_device(const std::string &device);    // collective
+  // the device of this rank for the 'device' keyword ('cuda': the node's
+  // GPUs in turn over the node-local ranks of the whole job)
+  std::string rank_device(const std::string &device_name) const;
 
   int size() const { return static_cast<int>(members.size()); }
   const std::shared_ptr<MLTorch::Model> &member(int m) const { return members[m]; }

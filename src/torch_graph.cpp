@@ -73,16 +73,17 @@ MLTorch::HaloExchange *TorchGraph::exchanger() const
 
 /* ---------------------------------------------------------------------- */
 
-void TorchGraph::communicate(double *data, int width, bool reverse)
+void TorchGraph::communicate(double *data, int width, bool reverse, bool device)
 {
   rows.data = data;
   rows.width = width;
-  rows.device = false;
+  rows.device = device;
   if (reverse)
     MLTorchLmp::reverse_comm(comm, owner, width);
   else
     MLTorchLmp::forward_comm(comm, owner, width);
   rows.data = nullptr;
+  rows.device = false;
 }
 
 /* ----------------------------------------------------------------------

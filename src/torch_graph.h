@@ -105,8 +105,9 @@ class TorchGraph : protected Pointers {
   MLTorch::HaloExchange *exchanger() const;    // the exchange handed to models, if used
   // rows [nall][width] by atom through the owning pair style's forward
   // communication (owners' rows to their ghost copies) or reverse
-  // communication (ghost copies' rows summed into their owners). Collective
-  void communicate(double *data, int width, bool reverse);
+  // communication (ghost copies' rows summed into their owners); `device`:
+  // torch/kk's device features instead of `data`. Collective
+  void communicate(double *data, int width, bool reverse, bool device = false);
   double time_halo = 0.0;                      // wall time in the exchange
 
   // first force call of a run with a message-passing model: ghost counts

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CUDA compile check of pair_style torch/kk (no GPU and no CUDA build of the
 # Kokkos library exist here, so nothing is linked or run):
-# kokkos/pair_torch_kokkos.cpp and kokkos/pair_torch_kokkos_halo.cpp are compiled by nvcc for sm_90 (H100/H200)
+# kokkos/pair_torch_kokkos.cpp, pair_torch_kokkos_halo.cpp and torch_graph_kokkos.cpp are compiled by nvcc for sm_90 (H100/H200)
 # against the Kokkos 5.2 headers of the current KOKKOS lane's Debian 13 root,
 # configured for the CUDA back end, and the LAMMPS 4 Jul 2026 KOKKOS headers,
 # both instantiations (torch/kk/device on Kokkos::Cuda, torch/kk/host).
@@ -61,8 +61,8 @@ for prec in DOUBLE_DOUBLE SINGLE_DOUBLE; do
   start=$(date +%s)
   syms=0
   kernels=0
-  # the style's translation units (the halo exchange has its own)
-  for unit in pair_torch_kokkos pair_torch_kokkos_halo; do
+  # the style's translation units: the pair style, its communication, its graph
+  for unit in pair_torch_kokkos pair_torch_kokkos_halo torch_graph_kokkos; do
     obj=$work/$unit.$prec.o
     rc=0
     "$nvcc" -std=c++20 -x cu -arch=sm_90 --extended-lambda --expt-relaxed-constexpr -O2 -c \
@@ -72,11 +72,11 @@ for prec in DOUBLE_DOUBLE SINGLE_DOUBLE; do
       -I"$mpi_inc" "$here/kokkos/$unit.cpp" -o "$obj" > "$work/nvcc.$unit.$prec.log" 2>&1 || rc=$?
     head -n 60 "$work/nvcc.$unit.$prec.log"
     [ "$rc" -eq 0 ] || { echo "CUDA compile check ($prec, $unit.cpp) FAILED (nvcc exit $rc; log $work/nvcc.$unit.$prec.log)"; exit 1; }
-    syms=$(( syms + $(nm -C "$obj" | grep -c " [TW] LAMMPS_NS::PairTorchKokkos<Kokkos::Cuda>::" || true) ))
+    syms=$(( syms + $(nm -C "$obj" | grep -cE " [TW] LAMMPS_NS::(PairTorchKokkos|TorchGraphKokkos)<Kokkos::Cuda>::" || true) ))
     # device kernels: one host launch stub per parallel_for/reduce/scan of ours
-    kernels=$(( kernels + $(nm "$obj" | grep -v " b " | grep -c "__device_stub__.*PairTorchKokkos" || true) ))
+    kernels=$(( kernels + $(nm "$obj" | grep -v " b " | grep -cE "__device_stub__.*(PairTorchKokkos|TorchGraphKokkos)" || true) ))
   done
   echo "CUDA compile check ($prec) passed in $(( $(date +%s) - start )) s: kokkos/pair_torch_kokkos*.cpp," \
-       "$syms PairTorchKokkos<Kokkos::Cuda> member functions, $kernels CUDA kernel launch stubs"
+       "$syms PairTorchKokkos/TorchGraphKokkos<Kokkos::Cuda> member functions, $kernels CUDA kernel launch stubs"
   [ "$syms" -gt 0 ] && [ "$kernels" -gt 0 ]
 done
