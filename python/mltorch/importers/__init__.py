@@ -21,7 +21,8 @@ fails if they disagree.
 from .check import (CHECK_CELL_ATOMS, CHECK_TOLERANCE, ENERGY_UNIT, agreement,  # noqa: F401
                     check_cells, check_import)
 from .cli import main  # noqa: F401
-from .routine import Imported, import_model  # noqa: F401
+from .common import Imported  # noqa: F401
+from .routine import import_model  # noqa: F401
 
 __all__ = ["CHECK_CELL_ATOMS", "CHECK_TOLERANCE", "ENERGY_UNIT", "agreement", "check_cells",
            "check_import", "main", "Imported", "import_model"]

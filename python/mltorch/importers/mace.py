@@ -330,7 +330,7 @@ def imported(args):
     """mltorch-import mace: the wrapper of args.source and what the file records
     (mltorch.importers.routine writes it)."""
     import mace
-    from .routine import Imported
+    from .common import Imported
     model = MACEModel(args.source, elements=args.elements, dtype=args.dtype, head=args.head)
     return Imported(
         model=model, units="metal", dtype=args.dtype, num_interaction_layers=model.num_layers,

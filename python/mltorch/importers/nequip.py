@@ -390,7 +390,7 @@ def imported(args):
     (mltorch.importers.routine writes it)."""
     import sys
     import nequip
-    from .routine import Imported
+    from .common import Imported
     graph_model = load_nequip(args.source, args.dtype)
     dtype = {torch.float32: "float32", torch.float64: "float64"}[graph_model.model_dtype]
     args.dtype = dtype

@@ -3,23 +3,7 @@ module: sevenn, nequip, mace) describes its model with `imported(args)`,
 this writes it as an ML-TORCH model file; the check (mltorch.importers.check)
 compares the file with the framework's own model."""
 
-import dataclasses
-from typing import Callable
-
 from ..export import export
-
-
-@dataclasses.dataclass
-class Imported:
-    """What an adapter gives of the model it wraps."""
-    model: object                 # the wrapper module (cutoff, elements, script_blocks())
-    units: str                    # the LAMMPS units of its energies and lengths
-    dtype: str                    # float32 or float64
-    num_interaction_layers: int
-    model_type: str
-    imported: dict                # the metadata's "imported" record (framework, version, source)
-    architecture: dict            # what rebuilds the module (mltorch-compile)
-    references: Callable          # list of ase.Atoms -> the framework's own results
 
 
 def adapter(framework):

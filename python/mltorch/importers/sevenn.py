@@ -389,7 +389,7 @@ def imported(args):
     """mltorch-import sevenn: the wrapper of args.source and what the file records
     (mltorch.importers.routine writes it)."""
     import sevenn
-    from .routine import Imported
+    from .common import Imported
     path = checkpoint_path(args.source)     # absolute
     # a shipped name stays a name (a file of the installed sevenn package);
     # a checkpoint file is recorded by its absolute path, as typed paths are
