@@ -358,40 +358,6 @@ void FixTorchFinetune::post_force(int /*vflag*/)
   time_update += platform::walltime() - t_start;
 }
 
-/* ----------------------------------------------------------------------
-   the fix's communication of a per-atom [3] array: ghost shares summed
-   onto the owners, owners' values copied to the ghosts (forces only, on
-   the host: the atom style's reverse comm would also sum torques or other
-   per-atom data, and with KOKKOS device communication CommKokkos would sum
-   the device copy of f)
-------------------------------------------------------------------------- */
-
-void FixTorchFinetune::sum_to_owners(int which)
-{
-  commflag = which;
-  MLTorchLmp::reverse_comm(comm, this);
-}
-
-void FixTorchFinetune::copy_to_ghosts(int which)
-{
-  commflag = which;
-  MLTorchLmp::forward_comm(comm, this);
-}
-
-double **FixTorchFinetune::comm_array() const
-{
-  switch (commflag) {
-    case COMM_F:
-      return atom->f;
-    case COMM_FPART:
-      return fpart;
-    case COMM_FMD:
-      return fmd;
-    default:
-      return resid;
-  }
-}
-
 /* ---------------------------------------------------------------------- */
 
 void FixTorchFinetune::post_run()
@@ -399,14 +365,6 @@ void FixTorchFinetune::post_run()
   const std::string line = teacher->summary();
   if (!line.empty()) utils::logmesg(lmp, line);
   if (!set->save_file.empty() && trainer->count.nupdates > 0) save_model(set->save_file);
-}
-
-void FixTorchFinetune::save_model(const std::string &path)
-{
-  std::vector<std::string> parents;
-  for (int m = 0; m < static_cast<int>(members.size()); ++m) parents.push_back(student->member_path(m));
-  replicas->save(path, members, parents, member_hashes, teacher->describe(), trainer->count.nupdates,
-                 set->log_every > 0);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -491,37 +449,6 @@ void FixTorchFinetune::restart(char *buf)
 }
 
 /* ---------------------------------------------------------------------- */
-
-int FixTorchFinetune::pack_forward_comm(int n, int *list, double *buf, int /*pbc_flag*/,
-                                        int * /*pbc*/)
-{
-  double **a = comm_array();
-  for (int i = 0; i < n; ++i)
-    for (int k = 0; k < 3; ++k) buf[3 * i + k] = a[list[i]][k];
-  return 3 * n;
-}
-
-void FixTorchFinetune::unpack_forward_comm(int n, int first, double *buf)
-{
-  double **a = comm_array();
-  for (int i = 0; i < n; ++i)
-    for (int k = 0; k < 3; ++k) a[first + i][k] = buf[3 * i + k];
-}
-
-int FixTorchFinetune::pack_reverse_comm(int n, int first, double *buf)
-{
-  double **a = comm_array();
-  for (int i = 0; i < n; ++i)
-    for (int k = 0; k < 3; ++k) buf[3 * i + k] = a[first + i][k];
-  return 3 * n;
-}
-
-void FixTorchFinetune::unpack_reverse_comm(int n, int *list, double *buf)
-{
-  double **a = comm_array();
-  for (int i = 0; i < n; ++i)
-    for (int k = 0; k < 3; ++k) a[list[i]][k] += buf[3 * i + k];
-}
 
 /* ---------------------------------------------------------------------- */
 
