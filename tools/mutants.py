@@ -9,7 +9,11 @@ restores the file. A mutant is killed when its killer fails (a non-zero
 exit, or its timeout: a hang is caught too); it survives when the killer
 passes. Writes the table to bench/mutants.md.
 
-  .venv/bin/python tools/mutants.py [--only NAME ...] [--list] [--report FILE]
+  .venv/bin/python tools/mutants.py [--only NAME ...] [--list] [--check] [--report FILE]
+
+--check builds and runs nothing: it says whether every mutant's text is
+found exactly once in its file (ctest MutantsApply runs it, so a moved or
+renamed line cannot leave a mutant stale unnoticed).
 
 Mutants of kokkos/ (lane "kokkos") need the KOKKOS lane built
 (tools/setup.sh --kokkos): they rebuild build/kokkos-current inside its
@@ -150,15 +154,15 @@ MUTANTS = [
       "  if (ok) return {};", gtest("test_library_failures", "LibraryFailures.OneRankFails", 2),
       "a failure on one rank is not shared", timeout=150),
     # --- the styles ------------------------------------------------------------
-    M("md_force_sign", "src/pair_torch_graph.cpp", "      fj[k] -= ge[k];",
+    M("md_force_sign", "src/torch_graph.cpp", "      fj[k] -= ge[k];",
       "      fj[k] += ge[k];", gtest("test_finetune", "Deferred.*"),
       "the refreshed MD force on the neighbour with + sign (the fix's force path after an update)"),
-    M("fold_owner_lost", "src/pair_torch_graph.cpp",
+    M("fold_owner_lost", "src/torch_graph.cpp",
       "  for (int i = 0; i < nlocal; ++i) halo_buf[i] = static_cast<double>(i);", "",
       gtest("test_pair_lammps", "*FoldedGhosts*"), "ghost owners not sent: folding silently off"),
-    M("fold_owners_kept_across_runs", "src/pair_torch.cpp", "  owners_built = -1;\n", "",
+    M("fold_owners_kept_across_runs", "src/pair_torch.cpp", "  graph->new_run();\n", "",
       gtest("test_pair_lammps", "FoldAcrossRuns.*"), "ghost owners of the last run reused in the next"),
-    M("halo_pack_off_by_one", "src/pair_torch_graph.cpp",
+    M("halo_pack_off_by_one", "src/torch_graph.cpp",
       "  for (int n = 0; n < ncounted; ++n)\n    std::memcpy(halo_buf.data() + node2atom[n] * w, owned + n * w, sizeof(double) * w);",
       "  for (int n = 0; n + 1 < ncounted; ++n)\n    std::memcpy(halo_buf.data() + node2atom[n] * w, owned + n * w, sizeof(double) * w);",
       gtest("test_pair_lammps", "*HaloExchange*", 2),
@@ -170,7 +174,7 @@ MUTANTS = [
       gtest("test_pair_lammps", "ReissuedPairStyle.*"), "a re-issued halo/fold is ignored"),
     M("pair_modify_ignored", "src/pair_torch.cpp", "  if (offset_flag || tail_flag)", "  if (false)",
       gtest("test_pair_errors", "*PairModify*"), "pair_modify shift/tail silently ignored"),
-    M("committee_mean_energy", "src/pair_torch_committee.cpp", "    out.energy += w * member_out[m].energy;",
+    M("committee_mean_energy", "src/torch_committee.cpp", "    out.energy += w * member_out[m].energy;",
       "    out.energy = member_out[0].energy;", gtest("test_pair_lammps", "*Committee*"),
       "committee mean reports member 0's energy"),
     M("fix_no_residual_to_ghosts", "src/fix_torch_finetune_step.cpp", "  fix.copy_to_ghosts(COMM_RESID);\n",
@@ -213,21 +217,21 @@ MUTANTS = [
       "def unroll_small_bmm(gm, max_inner=2):",
       f"cd ../unittest && {py} test_python_compiler.py SmallProducts", "small batched products not unrolled"),
     # --- torch/kk (the KOKKOS lane, OpenMP host build) ----------------------
-    M("kk_force_sign", "kokkos/pair_torch_kokkos.cpp",
+    M("kk_force_sign", "kokkos/torch_graph_kokkos.cpp",
       "Kokkos::atomic_add(&lf(j, k), static_cast<acc_t>(-grad(e, k)));",
       "Kokkos::atomic_add(&lf(j, k), static_cast<acc_t>(grad(e, k)));",
       kk_gtest("*KokkosVsCpu*"), "torch/kk: the neighbour's force with + sign", lane="kokkos"),
-    M("kk_virial_component", "kokkos/pair_torch_kokkos.cpp",
+    M("kk_virial_component", "kokkos/torch_graph_kokkos.cpp",
       "acc.v[3] -= vec(e, 0) * grad(e, 1);", "acc.v[3] -= vec(e, 1) * grad(e, 1);",
       kk_gtest("*KokkosVsCpu*"), "torch/kk: the xy virial from the wrong component", lane="kokkos"),
     M("kk_committee_sum", "kokkos/pair_torch_kokkos.cpp",
       "  const double w = 1.0 / nm;\n", "  const double w = 1.0;\n",
       kk_gtest("KokkosCommittee.*"), "torch/kk: committee mean summed, not averaged", lane="kokkos"),
-    M("kk_nonfinite_unchecked", "kokkos/pair_torch_kokkos.cpp",
+    M("kk_nonfinite_unchecked", "kokkos/torch_graph_kokkos.cpp",
       "          if (!(grad(e, k) - grad(e, k) == 0.0)) ++bad;\n", "",
       kk_gtest("KokkosErrors.NonFinite*"), "torch/kk: non-finite forces not caught", lane="kokkos"),
     # --- the atomic (centroid) virial of the heat flux ----------------------
-    M("centroid_on_centre", "src/pair_torch_graph.cpp",
+    M("centroid_on_centre", "src/torch_graph.cpp",
       "for (int k = 0; k < 9; k++) cv[j][k] -= re[ca[k]] * ge[cb[k]];",
       "for (int k = 0; k < 9; k++) cv[i][k] -= re[ca[k]] * ge[cb[k]];",
       f"{py} ../unittest/test_heatflux.py CentroidVirial.test_local_many_body_models",
@@ -237,10 +241,10 @@ MUTANTS = [
       f"{py} ../unittest/test_heatflux.py CentroidVirial.test_message_passing_every_halo_mode",
       "ghost gradients of the moment passes reach their owners in the ghost's frame"),
     M("centroid_folded", "src/pair_torch.cpp",
-      "  build_graph(!moments);\n", "  build_graph();\n",
+      "  graph->build(list, !moments);\n", "  graph->build(list);\n",
       f"{py} ../unittest/test_heatflux.py CentroidVirial.test_message_passing_every_halo_mode",
       "a folded rank computes the moments on its folded graph"),
-    M("centroid_moment_sign", "src/pair_torch_graph.cpp",
+    M("centroid_moment_sign", "src/torch_graph.cpp",
       "          cv[i][k] -= p - x[i][ca[k]] * ge[cb[k]];",
       "          cv[i][k] += p - x[i][ca[k]] * ge[cb[k]];",
       f"{py} ../unittest/test_heatflux.py CentroidVirial.test_message_passing_every_halo_mode",
@@ -273,16 +277,16 @@ MUTANTS = [
       "impl->params, torch::optim::AdamOptions(s.lr).betas({s.beta1, s.beta2}).eps(1e-3 * s.lr)",
       gtest("test_finetune", "Optimizers.AdamAndAdamWFollowTheirFormulas"),
       "Adam's eps not the documented 1e-8"),
-    M("md_vatom_on_centre", "src/pair_torch_graph.cpp",
+    M("md_vatom_on_centre", "src/torch_graph.cpp",
       "        t->vatom[j][k] += 0.5 * v[k];",
       "        t->vatom[i][k] += 0.5 * v[k];",
       gtest("test_pair_lammps", "CentroidStress.LocalModelGivesAtomicVirialOnNeighbours"),
       "the per-atom virial's half on the neighbour given to the centre"),
-    M("committee_units_unchecked", "src/pair_torch.cpp",
+    M("committee_units_unchecked", "src/torch_committee.cpp",
       "      else if (a.units != b.units)", "      else if (false)",
       f"cd ../unittest && {py} test_python_lammps.py CommitteeUnits",
       "committee members in different units accepted (or named as another mismatch)"),
-    M("committee_depth_unchecked", "src/pair_torch.cpp",
+    M("committee_depth_unchecked", "src/torch_committee.cpp",
       "      else if (a.num_interaction_layers != b.num_interaction_layers)", "      else if (false)",
       gtest("test_pair_errors", "*CommitteeMembersMustShareCutoffAndDepth*"),
       "committee members of different depth accepted"),
@@ -291,8 +295,8 @@ MUTANTS = [
       "    if (pair->species_of_type(type[i]) < 0) continue;",
       gtest("test_pair_lammps", "CommitteeDeviation.GroupRestrictsPerAtomOutputs"),
       "compute torch/deviation's statistics over all atoms whatever the group"),
-    M("deviation_members_every_call", "src/pair_torch_committee.cpp",
-      "  if (stamp_members != ncompute || ncompute == 0) {",
+    M("deviation_members_every_call", "src/torch_committee.cpp",
+      "  if (stamp_members != call || call == 0) {",
       "  if (true) {",
       gtest("test_pair_lammps", "CommitteeDeviation.MembersEvaluatedOncePerStepThatAsks"),
       "the members evaluated again by every compute that asks on a step"),
@@ -397,9 +401,17 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--only", nargs="+")
     p.add_argument("--list", action="store_true")
+    p.add_argument("--check", action="store_true")
     p.add_argument("--report", default=os.path.join(root, "bench", "mutants.md"))
     a = p.parse_args()
     chosen = [m for m in MUTANTS if not a.only or m.name in a.only]
+    if a.check:
+        stale = [(m, open(os.path.join(root, m.file)).read().count(m.find)) for m in chosen]
+        stale = [(m, c) for m, c in stale if c != 1]
+        for m, c in stale:
+            print(f"{m.name}: its text is found {c} times in {m.file} (must be once)")
+        print(f"{len(chosen) - len(stale)} of {len(chosen)} mutants apply")
+        return 1 if stale else 0
     if a.list:
         for m in chosen:
             print(f"{m.name:32s} {m.file:40s} {m.what}")
