@@ -65,9 +65,9 @@ ComputeTorchDeviation::~ComputeTorchDeviation()
 
 /* ---------------------------------------------------------------------- */
 
-TorchStudent *ComputeTorchDeviation::find_pair()
+TorchCommitteeView *ComputeTorchDeviation::find_pair()
 {
-  auto *p = TorchStudent::of(force);
+  auto *p = TorchCommitteeView::of(force);
   if (!p)
     error->all(FLERR, "Compute torch/deviation needs pair_style torch (alone or in pair_style "
                       "hybrid) with a committee: pair_coeff * * model1.pt model2.pt ... elements");
@@ -95,7 +95,7 @@ void ComputeTorchDeviation::compute_vector()
 {
   invoked_vector = update->ntimestep;
   // found at every call: the pair style may have been replaced since init()
-  TorchStudent *pair = find_pair();
+  TorchCommitteeView *pair = find_pair();
   const auto &d = pair->committee_deviation();
   const int nlocal = atom->nlocal;
   const int *mask = atom->mask;

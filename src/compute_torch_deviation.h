@@ -35,7 +35,7 @@ class ComputeTorchDeviation : public Compute {
   // DeePMD-kit's relative deviations: devi_f_i / (|<F_i>| + relative) and
   // devi_v / (|<virial>| / N + relative_v); negative: absolute deviations
   double relative, relative_v;
-  class TorchStudent *find_pair();
+  class TorchCommitteeView *find_pair();
 };
 
 }    // namespace LAMMPS_NS

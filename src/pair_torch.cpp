@@ -83,6 +83,11 @@ TorchStudent *TorchStudent::of(Force *force)
   return dynamic_cast<PairTorch *>(force->pair_match("^torch", 0));
 }
 
+TorchCommitteeView *TorchCommitteeView::of(Force *force)
+{
+  return TorchStudent::of(force);
+}
+
 /* ---------------------------------------------------------------------- */
 
 void PairTorch::allocate()

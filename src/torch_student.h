@@ -22,35 +22,19 @@ struct GraphOutput;
 
 namespace LAMMPS_NS {
 
-// What fix torch/finetune and compute torch/deviation use of the pair style
-// that runs the model (pair_style torch and torch/kk implement it): the
-// models and their files, the committee and its deviation, the graph of the
-// current step with forces on it, and host data on the steps they act.
-// They find it with TorchStudent::of(); everything else of pair_torch.h is
-// a LAMMPS pair style.
-class TorchStudent {
+// What compute torch/deviation reads of the pair style that runs the model
+// (pair_style torch and torch/kk): its committee and the committee deviation
+// of the current configuration. Found with TorchCommitteeView::of().
+class TorchCommitteeView {
  public:
   // the torch pair style of the run (a pair_style hybrid sub-style too), or
   // nullptr when there is none (or several)
-  static TorchStudent *of(class Force *force);
+  static TorchCommitteeView *of(class Force *force);
 
-  // the loaded model (member 0; nullptr before pair_coeff); users that keep
-  // it (fix torch/finetune) hold it through shared_model(), so it outlives a
-  // replaced pair style or a new pair_coeff
-  virtual MLTorch::Model *model() = 0;
-  virtual std::shared_ptr<MLTorch::Model> shared_model() const = 0;
-  virtual const std::string &model_hash() const = 0;
-  virtual const std::string &model_path() const = 0;
-  // the committee: several model files in pair_coeff; MD runs on member 0
-  // ('committee first', default) or on the mean of all ('committee mean')
+  // the models in pair_coeff (several: a committee)
   virtual int committee_size() const = 0;
-  virtual std::shared_ptr<MLTorch::Model> member(int m) const = 0;
-  virtual const std::string &member_path(int m) const = 0;
-  virtual const std::string &member_hash(int m) const = 0;
-  virtual bool md_on_mean() const = 0;
   // model species of a LAMMPS atom type (-1: NULL, not covered)
   virtual int species_of_type(int type) const = 0;
-
   // the committee deviation of the current configuration (DeePMD-kit's model
   // deviation): per owned atom, columns devi_f = sqrt(<|F_m - <F>|^2>) and
   // devi_e = sqrt(<(e_m - <e>)^2>) over the members m (atomic energies e);
@@ -64,6 +48,33 @@ class TorchStudent {
     double natoms = 0.0;                 // atoms the models cover, all ranks
   };
   virtual const Deviation &committee_deviation() = 0;
+
+ protected:
+  ~TorchCommitteeView() = default;
+};
+
+// What fix torch/finetune uses of that pair style besides: the models it
+// trains and their files, the graph of the current step with forces on it,
+// the deferred force call, and host data on the steps it acts. Found with
+// TorchStudent::of(); everything else of pair_torch.h is a LAMMPS pair style.
+class TorchStudent : public TorchCommitteeView {
+ public:
+  // the torch pair style of the run, as TorchCommitteeView::of
+  static TorchStudent *of(class Force *force);
+
+  // the loaded model (member 0; nullptr before pair_coeff); users that keep
+  // it (fix torch/finetune) hold it through shared_model(), so it outlives a
+  // replaced pair style or a new pair_coeff
+  virtual MLTorch::Model *model() = 0;
+  virtual std::shared_ptr<MLTorch::Model> shared_model() const = 0;
+  virtual const std::string &model_hash() const = 0;
+  virtual const std::string &model_path() const = 0;
+  // the committee: several model files in pair_coeff; MD runs on member 0
+  // ('committee first', default) or on the mean of all ('committee mean')
+  virtual std::shared_ptr<MLTorch::Model> member(int m) const = 0;
+  virtual const std::string &member_path(int m) const = 0;
+  virtual const std::string &member_hash(int m) const = 0;
+  virtual bool md_on_mean() const = 0;
   // the parameters of some member changed (fix torch/finetune): forget the
   // deviation and the member outputs of the last force call
   virtual void committee_changed() = 0;
