@@ -248,6 +248,25 @@ class CentroidVirial(unittest.TestCase):
             self.assertEqual(out.returncode, 0, out.stdout[-2000:] + out.stderr[-2000:])
             self.check([model], "Si", 5, ["", "halo thick"], nps=(1, 3), shape="cluster")
 
+    def test_imported_nequip_allegro_mace(self):
+        """NequIP (3 layers) and Allegro (strictly local, many-body) trained by
+        nequip-train, and MACE (2 layers) trained by MACE's CLI
+        (potentials/frameworks), imported for Si in float64 as a user does"""
+        frameworks = os.path.join(POT, "frameworks")
+        sources = [("nequip", os.path.join(frameworks, "nequip_sic", "nequip_sic.ckpt")),
+                   ("nequip", os.path.join(frameworks, "nequip_sic", "allegro_sic.ckpt")),
+                   ("mace", os.path.join(frameworks, "mace_sic", "mace_sic.model"))]
+        with tempfile.TemporaryDirectory() as tmp:
+            for framework, source in sources:
+                model = os.path.join(tmp, os.path.basename(source).split(".")[0] + "_Si_f64.pt")
+                out = subprocess.run([os.path.join(root, ".venv", "bin", "mltorch-import"), framework, source,
+                                      "--elements", "Si", "--dtype", "float64", "-o", model],
+                                     capture_output=True, text=True, timeout=900)
+                self.assertEqual(out.returncode, 0, out.stdout[-2000:] + out.stderr[-2000:])
+                layers = int(read_metadata(model)["num_interaction_layers"])
+                modes = ["", "halo thick"] if layers > 1 else [""]
+                self.check([model], "Si", layers, modes, nps=(1, 3))
+
     def test_committee_mean(self):
         self.check([os.path.join(POT, "si_mp2.pt"), os.path.join(MODELS, "si_mp2_perturbed.pt")], "Si", 2,
                    ["committee mean", "committee mean halo thick"], nps=(1, 2))
