@@ -158,6 +158,10 @@ std::string IpiTeacher::summary() const
 
 void IpiTeacher::lazy_wait(MPI_Comm comm)
 {
+#ifdef MPI_STUBS
+  // LAMMPS's MPI stubs (a serial build): one rank, nothing to wait for
+  (void) comm;
+#else
   MPI_Request req;
   MPI_Ibarrier(comm, &req);
   int done = 0;
@@ -167,6 +171,7 @@ void IpiTeacher::lazy_wait(MPI_Comm comm)
     nanosleep(&pause, nullptr);
     MPI_Test(&req, &done, MPI_STATUS_IGNORE);
   }
+#endif
 }
 
 /* ----------------------------------------------------------------------
@@ -210,7 +215,7 @@ void IpiTeacher::reference(double **fref, double &e_ref, double *w_ref,
   const int nprocs = comm->nprocs;
   counts.assign(nprocs, 0);
   displs.assign(nprocs, 0);
-  const int mine = 4 * nlocal;
+  int mine = 4 * nlocal;    // not const: MPI stubs take void *
   MPI_Gather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, world);
   for (int p = 1; p < nprocs; ++p) displs[p] = displs[p - 1] + counts[p - 1];
   if (comm->me == 0) allbuf.resize(4 * static_cast<std::size_t>(n));

@@ -146,7 +146,7 @@ void FixTorchFinetune::train_current(const MLTorch::GraphInput &in)
     labels.e_ref = [&](double e_part) {
       double e_ref_m = e_ref_part;
       if (trainer->energy_shift.empty()) return e_ref_m;
-      const double two[2] = {e_part, e_ref_part};
+      double two[2] = {e_part, e_ref_part};    // not const: MPI stubs take void *
       double sums[2];
       MPI_Allreduce(two, sums, 2, MPI_DOUBLE, MPI_SUM, world);
       auto &shift = trainer->energy_shift[m];

@@ -413,7 +413,8 @@ void TorchGraph::halo_reverse(const double *all, double *owned, int width)
 
 void TorchGraph::log_ghost_counts(double nnodes)
 {
-  const double mine[3] = {static_cast<double>(atom->nghost), nnodes, static_cast<double>(atom->nlocal)};
+  // not const: LAMMPS's MPI stubs (serial builds) take void * send buffers
+  double mine[3] = {static_cast<double>(atom->nghost), nnodes, static_cast<double>(atom->nlocal)};
   double lo[3], hi[3], sum[3];
   MPI_Allreduce(mine, lo, 3, MPI_DOUBLE, MPI_MIN, world);
   MPI_Allreduce(mine, hi, 3, MPI_DOUBLE, MPI_MAX, world);

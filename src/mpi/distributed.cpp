@@ -197,7 +197,7 @@ DistributedTrainer::Outcome DistributedTrainer::update(bool replica_root, bool l
   // labelled anything there is no update (nor replay): every rank of every
   // replica learns that from one reduced count
   if (set.gated) {
-    const double mine = replica_root ? round.n : 0.0;
+    double mine = replica_root ? round.n : 0.0;    // not const: MPI stubs take void *
     double all = 0.0;
     MPI_Allreduce(&mine, &all, 1, MPI_DOUBLE, MPI_SUM, universe);
     if (all == 0.0) {
