@@ -75,7 +75,6 @@ class TorchGraph : protected Pointers {
 
   int n_counted() const { return ncounted; }
   const std::vector<int> &node_atoms() const { return node2atom; }
-  bool is_folded() const { return folded; }
   // every node's position in this rank's frame, [nodes][3] (the edge moments)
   const double *node_positions();
   double size[2] = {0.0, 0.0};    // nodes and edges of the last graph
