@@ -140,14 +140,14 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::init_style()
 
   const int ntypes = atom->ntypes;
   for (int t = 1; t <= ntypes; ++t)
-    if (type2species[t] < 0)
+    if (species_of_type(t) < 0)
       error->all(FLERR, "Pair style torch/kk: atom type {} is mapped to NULL; torch/kk needs an "
                         "element for every type (use pair_style torch inside pair_style hybrid)",
                  t);
   auto &t2s = kgraph->d_type2species;
   t2s = Kokkos::View<int *, DeviceType>("torch/kk:type2species", ntypes + 1);
   auto h = Kokkos::create_mirror_view(t2s);
-  for (int t = 0; t <= ntypes; ++t) h(t) = type2species[t] < 0 ? 0 : type2species[t];
+  for (int t = 0; t <= ntypes; ++t) h(t) = species_of_type(t) < 0 ? 0 : species_of_type(t);
   Kokkos::deep_copy(t2s, h);
 }
 
@@ -184,8 +184,6 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::compute(int eflag_
   else
     atomKK->modified(execution_space, F_MASK);
   f = atomKK->k_f.template view<DeviceType>();
-  kgraph->x = atomKK->k_x.template view<DeviceType>();
-  kgraph->type = atomKK->k_type.template view<DeviceType>();
 
   kgraph->build_device(list);
   if (log_ghosts) kgraph->log_ghost_counts(static_cast<double>(kgraph->nnodes_real));
@@ -198,7 +196,7 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::compute(int eflag_
   ++ncompute;
   const double t_model = platform::walltime();
   try {
-    energy = model_->evaluate_into(in, kgraph->d_edge_grad.data(),
+    energy = model()->evaluate_into(in, kgraph->d_edge_grad.data(),
                                    eflag_atom ? kgraph->d_node_energy.data() : nullptr);
     if (committee->mean && committee->size() > 1) energy = add_members_device(in, energy);
   } catch (std::exception &e) {

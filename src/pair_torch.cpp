@@ -100,7 +100,7 @@ void PairTorch::allocate()
   map = new int[n];
   for (int i = 0; i < n; i++)
     for (int j = 0; j < n; j++) setflag[i][j] = 0;
-  type2species.assign(n, -1);
+  graph->shape.type2species.assign(n, -1);
 }
 
 /* ----------------------------------------------------------------------
@@ -161,7 +161,7 @@ void PairTorch::settings(int narg, char **arg)
     }
   }
   // after pair_coeff: the next init() derives and logs the new halo mode
-  if (model_ && (halo_thick != thick_before || fold_images != fold_before))
+  if (model() && (halo_thick != thick_before || fold_images != fold_before))
     halo_settings_changed = true;
 }
 
@@ -187,27 +187,23 @@ void PairTorch::coeff(int narg, char **arg)
   MLTorch::set_single_interop_thread();
   MLTorch::keep_large_allocations();
   MLTorch::cache_tensor_blocks();
-  committee->load(std::vector<std::string>(arg + 2, arg + 2 + nfiles), committee->rank_device(device_name), ntypes,
-                  narg - 2);
-  model_ = committee->member(0);
-  model_file = committee->path(0);
-  model_hash_ = committee->hash(0);
+  committee->load(std::vector<std::string>(arg + 2, arg + 2 + nfiles),
+                  committee->rank_device(device_name), ntypes, narg - 2);
   committee_changed();
   arg += nfiles - 1;    // the element names follow the last file
   narg -= nfiles - 1;
-  const auto &meta = model_->metadata();
+  const auto &meta = model()->metadata();
 
   // element names -> model species
   for (int i = 3; i < narg; i++) {
     if (strcmp(arg[i], "NULL") == 0) continue;
     if (meta.species_of(arg[i]) < 0)
-      error->all(FLERR, "Element {} is not in model file {} (it has: {})", arg[i], model_file,
+      error->all(FLERR, "Element {} is not in model file {} (it has: {})", arg[i], model_path(),
                  join_words(meta.elements));
   }
   map_element2type(narg - 3, arg + 3);
   for (int t = 1; t <= ntypes; t++)
-    type2species[t] = (map[t] >= 0) ? meta.species_of(elements[map[t]]) : -1;
-  graph->shape.type2species = type2species;
+    graph->shape.type2species[t] = (map[t] >= 0) ? meta.species_of(elements[map[t]]) : -1;
 
   cutoff = meta.cutoff;
   nlayers = meta.num_interaction_layers;
@@ -216,14 +212,14 @@ void PairTorch::coeff(int narg, char **arg)
     utils::logmesg(lmp,
                    "pair_style torch: loaded {} ({}, {} model, format {}, elements {}, cutoff {}, "
                    "{} interaction layer(s), units {}, device {}, {}, hash {})\n",
-                   model_file, meta.model_type.empty() ? "model" : meta.model_type, meta.dtype,
+                   model_path(), meta.model_type.empty() ? "model" : meta.model_type, meta.dtype,
                    meta.format_version, join_words(meta.elements), meta.cutoff, nlayers,
-                   meta.units, model_->device(),
-                   model_->is_compiled()
+                   meta.units, model()->device(),
+                   model()->is_compiled()
                        ? fmt::format("compiled AOTInductor package, {} OpenMP thread(s) in its code",
-                                     model_->compiled_threads())
+                                     model()->compiled_threads())
                        : std::string("TorchScript"),
-                   model_hash_);
+                   model_hash());
   if (comm->me == 0 && committee->size() > 1) {
     std::vector<std::string> files;
     for (int m = 0; m < committee->size(); ++m) files.push_back(committee->path(m));
@@ -268,7 +264,7 @@ void PairTorch::derive_halo_mode()
 
 void PairTorch::log_halo_mode()
 {
-  const auto &meta = model_->metadata();
+  const auto &meta = model()->metadata();
   if (comm->me == 0 && nlayers > 1)
     utils::logmesg(lmp,
                    "pair_style torch: {}\n",
@@ -286,14 +282,14 @@ void PairTorch::log_halo_mode()
                                      nlayers, nlayers,
                                      halo_thick ? " ('halo thick')"
                                                 : ": the model is not layered (see mltorch.export)"));
-  if (comm->me == 0 && use_exchange && model_->is_compiled())
+  if (comm->me == 0 && use_exchange && model()->is_compiled())
     utils::logmesg(lmp, "pair_style torch: {}\n",
-                   model_->compiled_stages()
-                       ? fmt::format("{}: compiled stages, chained with the halo exchange", model_file)
+                   model()->compiled_stages()
+                       ? fmt::format("{}: compiled stages, chained with the halo exchange", model_path())
                        : fmt::format("{} holds no compiled stages (made by an older mltorch-compile): "
                                      "under the halo exchange its stages run as TorchScript; compile "
                                      "it again, or use 'halo thick' for its single-call code",
-                                     model_file));
+                                     model_path()));
 }
 
 /* ---------------------------------------------------------------------- */
@@ -301,7 +297,7 @@ void PairTorch::log_halo_mode()
 void PairTorch::init_style()
 {
   time_pair = time_model = graph->time_halo = 0.0;
-  if (!model_) error->all(FLERR, "Pair style torch: pair_coeff * * model.pt ... must come first");
+  if (!model()) error->all(FLERR, "Pair style torch: pair_coeff * * model.pt ... must come first");
   if (force->newton_pair == 0)
     error->all(FLERR, "Pair style torch requires newton pair on (use 'newton on')");
   if (atom->tag_enable == 0) error->all(FLERR, "Pair style torch requires atom IDs");
@@ -320,12 +316,12 @@ void PairTorch::init_style()
     derive_halo_mode();
     log_halo_mode();
   }
-  const auto &meta = model_->metadata();
+  const auto &meta = model()->metadata();
   if (meta.units != update->unit_style)
     error->all(FLERR,
                "Pair style torch: model {} uses '{}' units but this run uses 'units {}'; "
                "use 'units {}' or a model exported for {} units",
-               model_file, meta.units, update->unit_style, meta.units, update->unit_style);
+               model_path(), meta.units, update->unit_style, meta.units, update->unit_style);
 
   // pair_style hybrid takes its ghost-neighbor flag from its sub-styles when
   // it is defined, before pair_coeff tells us the model's depth
@@ -333,7 +329,7 @@ void PairTorch::init_style()
     error->all(FLERR,
                "Pair style torch: message-passing model {} ({} layers) cannot be a pair_style "
                "hybrid sub-style; use it as the only pair style",
-               model_file, nlayers);
+               model_path(), nlayers);
 
   MLTorchLmp::request_full_list(neighbor, this, nlayers > 1 && !use_exchange, instance_me);
 
@@ -354,7 +350,7 @@ void PairTorch::init_style()
                "Pair style torch: message-passing model {} ({} layers) needs ghost atoms out to "
                "{} x cutoff + skin, which comm_modify mode multi does not provide; use "
                "'comm_modify mode single'",
-               model_file, nlayers, nlayers);
+               model_path(), nlayers, nlayers);
   log_ghosts = nlayers > 1;
   // thick ghosts given up by a re-issued pair_style: the user's ghost cutoff again
   if (use_exchange && cutghost_user_before >= 0.0) {
@@ -540,7 +536,7 @@ void PairTorch::finish()
 void PairTorch::nonfinite_error(const std::string &where)
 {
   error->one(FLERR, "Pair style torch: model {} returned a non-finite energy or force on step {}{}",
-             model_file, update->ntimestep, where);
+             model_path(), update->ntimestep, where);
 }
 
 /* ----------------------------------------------------------------------

@@ -57,16 +57,20 @@ class PairTorch : public Pair, public TorchStudent {
   void unpack_reverse_comm(int, int *, double *) override;
 
   // --- TorchStudent: what fix torch/finetune and compute torch/deviation use
-  MLTorch::Model *model() override { return model_.get(); }
-  std::shared_ptr<MLTorch::Model> shared_model() const override { return model_; }
-  const std::string &model_hash() const override { return model_hash_; }
-  const std::string &model_path() const override { return model_file; }
+  // member 0 of the committee; no model before pair_coeff
+  MLTorch::Model *model() override { return shared_model().get(); }
+  std::shared_ptr<MLTorch::Model> shared_model() const override
+  {
+    return committee->size() > 0 ? committee->member(0) : nullptr;
+  }
+  const std::string &model_hash() const override { return committee->hash(0); }
+  const std::string &model_path() const override { return committee->path(0); }
   int committee_size() const override { return committee->size(); }
   std::shared_ptr<MLTorch::Model> member(int m) const override { return committee->member(m); }
   const std::string &member_path(int m) const override { return committee->path(m); }
   const std::string &member_hash(int m) const override { return committee->hash(m); }
   bool md_on_mean() const override { return committee->mean; }
-  int species_of_type(int type) const override { return type2species[type]; }
+  int species_of_type(int type) const override { return graph->shape.type2species[type]; }
   const Deviation &committee_deviation() override;
   void committee_changed() override
   {
@@ -101,9 +105,6 @@ class PairTorch : public Pair, public TorchStudent {
   CommRows comm_rows;                        // what the pack/unpack methods move
   std::unique_ptr<TorchGraph> graph;         // torch/kk installs its own
   std::unique_ptr<TorchCommittee> committee;
-  std::shared_ptr<MLTorch::Model> model_;    // member 0
-  std::string model_file;
-  std::string model_hash_;    // content hash of the loaded file's bytes
   bool private_instance = false;
   long ncompute = 0;              // force calls so far
   long stamp_output = -1;         // ncompute of member 0's output in *output
@@ -133,7 +134,6 @@ class PairTorch : public Pair, public TorchStudent {
   virtual void deviation_graph(MLTorch::GraphInput &in) { training_graph(in); }
   bool centroid_supported = true;    // false: this variant computes no centroid virial
   bool fold_supported = true;        // false: this variant builds graphs that are never folded
-  std::vector<int> type2species;     // LAMMPS type -> model species, -1 for NULL
   std::unique_ptr<MLTorch::GraphOutput> output;
   // force calls that ran the model and that deferred it, and the member
   // evaluations of the committee deviation (extract "model_calls")
