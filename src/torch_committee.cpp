@@ -251,20 +251,19 @@ const TorchStudent::Deviation &TorchCommittee::deviation(TorchGraph &graph,
   if (nm > 1) graph.communicate(member_force.data(), width, true);
   const std::vector<int> &node2atom = graph.node_atoms();
   const int ncounted = graph.n_counted();
-  TorchStudent::Deviation &deviation = result;
 
-  deviation.atom.assign(2 * static_cast<std::size_t>(nlocal), 0.0);
-  deviation.force_mean.assign(nlocal, 0.0);
+  result.atom.assign(2 * static_cast<std::size_t>(nlocal), 0.0);
+  result.force_mean.assign(nlocal, 0.0);
   std::vector<double> e_atom(nm);
   for (int n = 0; n < ncounted; ++n) {
     const int i = node2atom[n];
     const double *fi = &member_force[static_cast<std::size_t>(i) * width];
     for (int m = 0; m < nm; ++m) e_atom[m] = member_out[m].node_energy[n];
-    MLTorch::committee_atom_deviation(nm, fi, e_atom.data(), &deviation.atom[2 * i]);
+    MLTorch::committee_atom_deviation(nm, fi, e_atom.data(), &result.atom[2 * i]);
     double mean[3] = {0.0, 0.0, 0.0};
     for (int m = 0; m < nm; ++m)
       for (int k = 0; k < 3; ++k) mean[k] += fi[3 * m + k] / nm;
-    deviation.force_mean[i] = std::sqrt(mean[0] * mean[0] + mean[1] * mean[1] + mean[2] * mean[2]);
+    result.force_mean[i] = std::sqrt(mean[0] * mean[0] + mean[1] * mean[1] + mean[2] * mean[2]);
   }
   // every member's energy and full virial tensor on this rank, then summed
   std::vector<double> energy(10 * nm + 1, 0.0), sum(10 * nm + 1, 0.0);
@@ -278,9 +277,9 @@ const TorchStudent::Deviation &TorchCommittee::deviation(TorchGraph &graph,
   }
   energy[nm] = ncounted;
   MPI_Allreduce(energy.data(), sum.data(), 10 * nm + 1, MPI_DOUBLE, MPI_SUM, world);
-  deviation.member_energy.assign(sum.begin(), sum.begin() + nm);
-  deviation.natoms = sum[nm];
-  deviation.member_virial.assign(sum.begin() + nm + 1, sum.end());
+  result.member_energy.assign(sum.begin(), sum.begin() + nm);
+  result.natoms = sum[nm];
+  result.member_virial.assign(sum.begin() + nm + 1, sum.end());
   stamp_deviation = call;
-  return deviation;
+  return result;
 }
