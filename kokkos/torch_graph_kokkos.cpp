@@ -119,6 +119,9 @@ template <class XView, class Reach> struct GhostCentreFilter {
 
 template <class DeviceType> void TorchGraphKokkos<DeviceType>::build_device(NeighList *list)
 {
+  // positions and types on this execution space (the caller synced them)
+  x = atomKK->k_x.template view<DeviceType>();
+  type = atomKK->k_type.template view<DeviceType>();
   auto *k_list = static_cast<NeighListKokkos<DeviceType> *>(list);
   auto d_ilist = k_list->d_ilist;
   auto d_numneigh = k_list->d_numneigh;
@@ -338,8 +341,6 @@ template <class DeviceType>
 void TorchGraphKokkos<DeviceType>::host_graph(NeighList *list, MLTorch::GraphInput &in)
 {
   atomKK->sync(ExecutionSpaceFromDevice<DeviceType>::space, X_MASK | TYPE_MASK);
-  x = atomKK->k_x.template view<DeviceType>();
-  type = atomKK->k_type.template view<DeviceType>();
   build_device(list);
   auto h_vec = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), d_edge_vec);
   auto h_index = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), d_edge_index);
