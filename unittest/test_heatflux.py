@@ -232,6 +232,13 @@ class CentroidVirial(unittest.TestCase):
     def test_four_layers(self):
         self.check([os.path.join(MODELS, "si_mp4_layered.pt")], "Si", 4, ["", "halo thick"], nps=(1, 3))
 
+    def import_si(self, framework, source, model):
+        """mltorch-import of `source` for Si in float64 into `model`, as a user runs it"""
+        out = subprocess.run([os.path.join(root, ".venv", "bin", "mltorch-import"), framework, source,
+                              "--elements", "Si", "--dtype", "float64", "-o", model],
+                             capture_output=True, text=True, timeout=900)
+        self.assertEqual(out.returncode, 0, out.stdout[-2000:] + out.stderr[-2000:])
+
     def test_imported_sevennet(self):
         """SevenNet-0 (5 layers, 5 A), imported in float64 for Si, on an
         isolated cluster: its reach (25 A) would make the unfolded slab
@@ -242,10 +249,7 @@ class CentroidVirial(unittest.TestCase):
             self.fail("sevenn does not import: the imported-model heat-flux test needs it (tools/setup.sh)")
         with tempfile.TemporaryDirectory() as tmp:
             model = os.path.join(tmp, "7net-0_Si_f64.pt")
-            out = subprocess.run([os.path.join(root, ".venv", "bin", "mltorch-import"), "sevenn", "7net-0",
-                                  "--elements", "Si", "--dtype", "float64", "-o", model],
-                                 capture_output=True, text=True, timeout=900)
-            self.assertEqual(out.returncode, 0, out.stdout[-2000:] + out.stderr[-2000:])
+            self.import_si("sevenn", "7net-0", model)
             self.check([model], "Si", 5, ["", "halo thick"], nps=(1, 3), shape="cluster")
 
     def test_imported_nequip_allegro_mace(self):
@@ -259,10 +263,7 @@ class CentroidVirial(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             for framework, source in sources:
                 model = os.path.join(tmp, os.path.basename(source).split(".")[0] + "_Si_f64.pt")
-                out = subprocess.run([os.path.join(root, ".venv", "bin", "mltorch-import"), framework, source,
-                                      "--elements", "Si", "--dtype", "float64", "-o", model],
-                                     capture_output=True, text=True, timeout=900)
-                self.assertEqual(out.returncode, 0, out.stdout[-2000:] + out.stderr[-2000:])
+                self.import_si(framework, source, model)
                 layers = int(read_metadata(model)["num_interaction_layers"])
                 modes = ["", "halo thick"] if layers > 1 else [""]
                 self.check([model], "Si", layers, modes, nps=(1, 3))
