@@ -5,19 +5,23 @@
 # tools/gpu/prepare_carry.sh. Builds an MPI-less lmp (LAMMPS MPI stubs) in
 # build-gpu/, then runs examples/gpu/in.gpu_check on the CPU and on the GPU
 # and prints atom-steps/s of both and the largest force difference.
-# With KOKKOS_CUDA_PREFIX set to an installed Kokkos >= 5.1 built for CUDA
-# (none can be had on the machines this project is built on), it also
-# builds LAMMPS + KOKKOS with pair_style torch/kk in build-gpu-kk/ and runs
-# the same input with -k on g 1 -sf kk -pk kokkos newton on neigh half.
-#   tools/gpu/gpu_check.sh [--rehearse] [python]      (results also in $OUT if set)
+# With a CUDA Kokkos (KOKKOS_CUDA_PREFIX, an installed one, or the source
+# that tools/gpu/prepare_carry.sh --kokkos carries, built here by
+# tools/gpu/kokkos_cuda.sh), it also builds LAMMPS + KOKKOS with pair_style
+# torch/kk in build-gpu-kk/ (compiled by Kokkos's nvcc_wrapper) and runs the
+# same input with -k on g 1 -sf kk -pk kokkos newton on neigh half.
+#   tools/gpu/gpu_check.sh [--rehearse [--kk-link]] [python]      (results also in $OUT if set)
 # --rehearse: on a machine without a GPU, everything up to the first CUDA
 # call (the carry's size against the 64 MiB a GPU machine takes, the build,
-# the CPU run), with the time the GPU machine would need estimated from it.
+# the CPU run), with the time the GPU machine would need estimated from it;
+# with a carried Kokkos also its CUDA build and the torch/kk units compiled
+# against it by nvcc_wrapper (--kk-link: the whole torch/kk lmp, linked).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$here"
-rehearse=0
+rehearse=0 kk_link=0
 if [ "${1:-}" = "--rehearse" ]; then rehearse=1; shift; fi
+if [ "${1:-}" = "--kk-link" ]; then kk_link=1; shift; fi
 py=${1:-python3}
 out=${OUT:-$here/gpu-results}
 mkdir -p "$out"
@@ -48,6 +52,37 @@ cmake -S . -B build-gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DLAMMPS_SOURCE_D
 cmake --build build-gpu --target lmp -j "$jobs" > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
 build_s=$(( $(date +%s) - build_start ))
 echo "build of lmp (MPI stubs, pair_style torch): $build_s s on $jobs core(s)" | tee -a "$out/env.txt"
+# torch/kk: a CUDA Kokkos, then LAMMPS + KOKKOS compiled by its nvcc_wrapper
+kk_configure() {
+  cmake -S . -B build-gpu-kk "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DLAMMPS_SOURCE_DIR="$here/gpu-carry/lammps" \
+        -DCMAKE_CXX_COMPILER="$KOKKOS_CUDA_PREFIX/bin/nvcc_wrapper" \
+        -DML_TORCH_PYTHON="$(command -v "$py")" -DML_TORCH_MPI=OFF -DML_TORCH_BUILD_TESTS=OFF \
+        -DML_TORCH_KOKKOS=ON -DCMAKE_PREFIX_PATH="$KOKKOS_CUDA_PREFIX" \
+        -DML_TORCH_JSON_INCLUDE_DIR="$here/gpu-carry/include" > "$out/cmake-kk.log" 2>&1
+}
+kk_kokkos() {
+  if [ -z "${KOKKOS_CUDA_PREFIX:-}" ] && [ -f gpu-carry/kokkos.tar.gz ]; then
+    tools/gpu/kokkos_cuda.sh gpu-carry/kokkos.tar.gz "$here/build-gpu-kokkos" "$jobs" 2>&1 | tee "$out/kokkos.log" \
+      && KOKKOS_CUDA_PREFIX=$here/build-gpu-kokkos \
+      || echo "the CUDA Kokkos build failed (log $out/kokkos.log): torch/kk is left out"
+  fi
+}
+if [ "$rehearse" = 1 ]; then kk_kokkos; fi
+if [ "$rehearse" = 1 ] && [ -n "${KOKKOS_CUDA_PREFIX:-}" ]; then
+  kk_start=$(date +%s)
+  kk_configure || { tail -30 "$out/cmake-kk.log"; exit 1; }
+  if [ "$kk_link" = 1 ] || ! command -v ninja >/dev/null; then
+    targets=(lmp)
+  else
+    # the torch/kk units (with LibTorch's and KOKKOS's headers, the longest)
+    mapfile -t targets < <(ninja -C build-gpu-kk -t targets all | sed -n 's|^\(.*/kokkos/[a-z_]*kokkos[a-z_]*\.cpp\.o\):.*|\1|p')
+    [ "${#targets[@]}" = 3 ] || { echo "ERROR: expected the 3 torch/kk units in build-gpu-kk, found ${#targets[@]}" >&2; exit 1; }
+  fi
+  cmake --build build-gpu-kk -j "$jobs" --target "${targets[@]}" > "$out/build-kk.log" 2>&1 \
+    || { grep -m 20 -E "error|FAILED" "$out/build-kk.log"; exit 1; }
+  echo "torch/kk with CUDA Kokkos: ${targets[*]##*/} built by nvcc_wrapper in $(( $(date +%s) - kk_start )) s on $jobs core(s)" \
+    | tee -a "$out/env.txt"
+fi
 if [ "$rehearse" = 1 ]; then
   # the CPU half of the check, then stop before the first CUDA call
   cd examples/gpu
@@ -61,43 +96,45 @@ if [ "$rehearse" = 1 ]; then
        "core-seconds over 16 cores, plus a minute) and $run_s s for the CPU run" | tee -a "$out/env.txt"
   exit 0
 fi
-if [ -n "${KOKKOS_CUDA_PREFIX:-}" ]; then
-  cmake -S . -B build-gpu-kk "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DLAMMPS_SOURCE_DIR="$here/gpu-carry/lammps" \
-        -DML_TORCH_PYTHON="$(command -v "$py")" -DML_TORCH_MPI=OFF -DML_TORCH_BUILD_TESTS=OFF \
-        -DML_TORCH_KOKKOS=ON -DCMAKE_PREFIX_PATH="$KOKKOS_CUDA_PREFIX" \
-        -DML_TORCH_JSON_INCLUDE_DIR="$here/gpu-carry/include" > "$out/cmake-kk.log" 2>&1 \
-    && cmake --build build-gpu-kk --target lmp -j "$jobs" > "$out/build-kk.log" 2>&1 \
-    || { echo "torch/kk build failed: see $out/cmake-kk.log, $out/build-kk.log"; tail -20 "$out/build-kk.log"; }
-fi
+# (a) pair_style torch device cuda against the CPU, first: a run cut short still answers it
 cd examples/gpu
-if [ -x ../../build-gpu-kk/lmp ]; then
-  ../../build-gpu-kk/lmp -k on g 1 -sf kk -pk kokkos newton on neigh half -in in.gpu_check -var device kk \
-    -var out "$out" -log "$out/log.kk" -echo none > /dev/null || echo "torch/kk run failed (log $out/log.kk)"
-fi
 for dev in cpu cuda; do
   ../../build-gpu/lmp -in in.gpu_check -var device "$dev" -var out "$out" \
     -log "$out/log.$dev" -echo none > /dev/null
   grep -E "Loop time|Performance" "$out/log.$dev" | sed "s/^/$dev: /"
 done
-"$py" - "$out" <<'PY'
-import os, sys, numpy as np
-out = sys.argv[1]
-def forces(dev):
-    rows = [l.split() for l in open(f"{out}/forces.{dev}") if l[:1].isdigit()]
+compare() {
+  "$py" - "$out" "$@" <<'PY'
+import sys, numpy as np
+out, dev = sys.argv[1], sys.argv[2]
+def forces(d):
+    rows = [l.split() for l in open(f"{out}/forces.{d}") if l[:1].isdigit()]
     a = np.array([[float(x) for x in r] for r in rows if len(r) == 4])
     return a[np.argsort(a[:, 0])][:, 1:]
-def rate(dev):
-    w = [l.split() for l in open(f"{out}/log.{dev}") if l.startswith("Loop time")][-1]
+def rate(d):
+    w = [l.split() for l in open(f"{out}/log.{d}") if l.startswith("Loop time")][-1]
     return float(w[-2]) * int(w[-4]) / float(w[3])    # atoms x steps / seconds of the last run
-fc, fg = forces("cpu"), forces("cuda")
-print(f"max |F_cuda - F_cpu| = {np.abs(fc - fg).max():.3e} eV/A (max |F| {np.abs(fc).max():.3f})")
-rc, rg = rate("cpu"), rate("cuda")
-print(f"atom-steps/s: cpu {rc:.4g}, cuda {rg:.4g}, speed-up {rg / rc:.2f}x")
-if os.path.exists(f"{out}/forces.kk"):
-    fk = forces("kk")
-    print(f"torch/kk on CUDA: max |F_kk - F_cpu| = {np.abs(fc - fk).max():.3e} eV/A, "
-          f"atom-steps/s {rate('kk'):.4g}")
+fc, fd = forces("cpu"), forces(dev)
+rc, rd = rate("cpu"), rate(dev)
+print(f"{dev}: max |F_{dev} - F_cpu| = {np.abs(fc - fd).max():.3e} eV/A (max |F| {np.abs(fc).max():.3f}); "
+      f"atom-steps/s: cpu {rc:.4g}, {dev} {rd:.4g}, speed-up {rd / rc:.2f}x")
 PY
-if [ -z "${KOKKOS_CUDA_PREFIX:-}" ]; then
-  echo "torch/kk on CUDA: skipped (no CUDA Kokkos; set KOKKOS_CUDA_PREFIX to an installed Kokkos >= 5.1 with CUDA)"
+}
+compare cuda | tee -a "$out/report.txt"
+# (b) torch/kk on CUDA
+cd "$here"
+kk_kokkos
+if [ -n "${KOKKOS_CUDA_PREFIX:-}" ]; then
+  kk_start=$(date +%s)
+  kk_configure && cmake --build build-gpu-kk --target lmp -j "$jobs" > "$out/build-kk.log" 2>&1 \
+    || { echo "torch/kk build failed: see $out/cmake-kk.log, $out/build-kk.log"; tail -20 "$out/build-kk.log"; }
+  echo "torch/kk build: $(( $(date +%s) - kk_start )) s on $jobs cores" | tee -a "$out/env.txt"
+fi
+cd examples/gpu
+if [ -x ../../build-gpu-kk/lmp ]; then
+  ../../build-gpu-kk/lmp -k on g 1 -sf kk -pk kokkos newton on neigh half -in in.gpu_check -var device kk \
+    -var out "$out" -log "$out/log.kk" -echo none > /dev/null \
+    && compare kk | tee -a "$out/report.txt" || echo "torch/kk run failed (log $out/log.kk)"
+else
+  echo "torch/kk on CUDA: skipped (no CUDA Kokkos: carry one with tools/gpu/prepare_carry.sh --kokkos SOURCE, or set KOKKOS_CUDA_PREFIX)"
 fi
