@@ -13,7 +13,9 @@
 #include "comm.h"
 #include "error.h"
 #include "force.h"
+#include "input.h"
 #include "lmp_compat.h"
+#include "memory.h"
 #include "neighbor.h"
 #include "pair.h"
 #include "pair_torch.h"
@@ -32,11 +34,33 @@ std::unique_ptr<FinetuneTeacher> FinetuneTeacher::create(LAMMPS *lmp, const std:
   return std::make_unique<PairTeacher>(lmp, style, args);
 }
 
+/* ----------------------------------------------------------------------
+   LAMMPS leaves $ variables inside quotes alone; the teacher's second
+   argument (pair_coeff lines, an i-PI address) is one quoted word, so it
+   is substituted here, as print and fix print do with theirs (a potential
+   file named by a variable, a job-specific socket, a world variable per
+   replica)
+------------------------------------------------------------------------- */
+
+std::string FinetuneTeacher::substitute_variables(LAMMPS *lmp, const std::string &text)
+{
+  int maxcopy = static_cast<int>(text.size()) + 1, maxwork = maxcopy;
+  auto *copy = static_cast<char *>(lmp->memory->smalloc(maxcopy, "torch/finetune:copy"));
+  auto *work = static_cast<char *>(lmp->memory->smalloc(maxwork, "torch/finetune:work"));
+  std::strcpy(copy, text.c_str());
+  lmp->input->substitute(copy, work, maxcopy, maxwork, 0);
+  std::string out(copy);
+  lmp->memory->sfree(copy);
+  lmp->memory->sfree(work);
+  return out;
+}
+
 /* ---------------------------------------------------------------------- */
 
-PairTeacher::PairTeacher(LAMMPS *lmp, const std::string &style_args, const std::string &coeff) :
+PairTeacher::PairTeacher(LAMMPS *lmp, const std::string &style_args, const std::string &coeff_in) :
     FinetuneTeacher(lmp, style_args), pair(nullptr)
 {
+  const std::string coeff = substitute_variables(lmp, coeff_in);
   auto style_words = utils::split_words(style_args);
   if (style_words.empty()) error->all(FLERR, "Fix torch/finetune teacher: empty pair style");
   const std::string &style = style_words[0];

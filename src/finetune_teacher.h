@@ -38,6 +38,8 @@ class FinetuneTeacher : protected Pointers {
   static std::unique_ptr<FinetuneTeacher> create(class LAMMPS *, const std::string &style,
                                                  const std::string &args, double timeout);
   ~FinetuneTeacher() override = default;
+  // `text` with its $ variables substituted (the teacher's quoted argument)
+  static std::string substitute_variables(class LAMMPS *, const std::string &text);
   FinetuneTeacher(const FinetuneTeacher &) = delete;
   FinetuneTeacher &operator=(const FinetuneTeacher &) = delete;
 

@@ -24,8 +24,6 @@
 #include "error.h"
 #include "platform.h"
 #include "finetune_replicas.h"
-#include "input.h"
-#include "memory.h"
 #include "universe.h"
 #include "update.h"
 
@@ -45,22 +43,6 @@ static constexpr double kHartreeEv = 27.211386245988;
 static constexpr double kHartreeKcalMol = 627.50947406;
 
 /* ---------------------------------------------------------------------- */
-
-// LAMMPS leaves $ variables inside quotes alone; the address is one quoted
-// word, so it is substituted here, as print and fix print do with theirs
-// (a job-specific socket name, a world variable per replica)
-static std::string substitute_variables(LAMMPS *lmp, const std::string &text)
-{
-  int maxcopy = static_cast<int>(text.size()) + 1, maxwork = maxcopy;
-  auto *copy = static_cast<char *>(lmp->memory->smalloc(maxcopy, "torch/finetune:copy"));
-  auto *work = static_cast<char *>(lmp->memory->smalloc(maxwork, "torch/finetune:work"));
-  std::strcpy(copy, text.c_str());
-  lmp->input->substitute(copy, work, maxcopy, maxwork, 0);
-  std::string out(copy);
-  lmp->memory->sfree(copy);
-  lmp->memory->sfree(work);
-  return out;
-}
 
 IpiTeacher::IpiTeacher(LAMMPS *lmp, const std::string &address_in, double timeout) :
     FinetuneTeacher(lmp, "ipi " + address_in), timeout_s(timeout)

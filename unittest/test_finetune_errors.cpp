@@ -55,6 +55,10 @@ TEST_F(FinetuneErrors, BadTeacherCoefficients)
   if (me != 0) GTEST_SKIP();
   base();
   EXPECT_ERROR("cannot open sw potential file", "fix ft all torch/finetune 1 teacher sw \"* * /nonexistent/Si.sw Si\"");
+  // $ variables in the quoted coefficients are substituted (LAMMPS leaves quotes alone)
+  EXPECT_ERROR("cannot open sw potential file /nonexistent/named_by_variable.sw",
+               "variable sw string /nonexistent/named_by_variable.sw",
+               "fix ft all torch/finetune 1 teacher sw \"* * ${sw} Si\"");
   EXPECT_ERROR("need at least the two atom types",
                "fix ft all torch/finetune 1 teacher sw \"*\"");
 }
