@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
-# The GPU check of pair_style torch (device cuda vs cpu), for a machine with
-# an NVIDIA GPU, CMake, a C++20 compiler and a Python whose torch wheel
-# carries a CUDA LibTorch, and no network. Needs gpu-carry/ from
-# tools/gpu/prepare_carry.sh. Builds an MPI-less lmp (LAMMPS MPI stubs) in
-# build-gpu/, then runs examples/gpu/in.gpu_check on the CPU and on the GPU
-# and prints atom-steps/s of both and the largest force difference.
-# With a CUDA Kokkos (KOKKOS_CUDA_PREFIX, an installed one, or the source
-# that tools/gpu/prepare_carry.sh --kokkos carries, built here by
-# tools/gpu/kokkos_cuda.sh), it also builds LAMMPS + KOKKOS with pair_style
-# torch/kk in build-gpu-kk/ (compiled by Kokkos's nvcc_wrapper) and runs the
-# same input with -k on g 1 -sf kk -pk kokkos newton on neigh half.
+# The GPU check, for a machine with an NVIDIA GPU, CMake, a C++20 compiler
+# and a Python whose torch wheel carries a CUDA LibTorch, and no network.
+# Needs gpu-carry/ from tools/gpu/prepare_carry.sh. In this order, so that a
+# run cut short still answers the first questions (report.txt in the
+# results):
+#   - builds an MPI-less lmp (LAMMPS MPI stubs) in build-gpu/ and exports
+#     the carried models with this machine's torch (tools/gpu/models.py);
+#   - (a) pair_style torch device cuda against the CPU on
+#     examples/gpu/in.gpu_check: largest force difference, atom-steps/s;
+#   - with a CUDA Kokkos (KOKKOS_CUDA_PREFIX, an installed one, or the source
+#     that prepare_carry.sh --kokkos carries, built by tools/gpu/kokkos_cuda.sh)
+#     builds LAMMPS + KOKKOS + torch/kk in build-gpu-kk/ (compiled by Kokkos's
+#     nvcc_wrapper) and runs (b) forces, per-atom energy and virial and
+#     atom-steps/s at 4k to 262k atoms, (d) fine-tuning under torch/kk with
+#     comm device, (f) compute torch/deviation (tools/gpu/kk_items.sh);
+#   - (c) two ranks and (e) SevenNet-0 are reported as not run (no MPI and no
+#     sevenn wheel carried yet).
 #   tools/gpu/gpu_check.sh [--rehearse [--kk-link]] [python]      (results also in $OUT if set)
 # --rehearse: on a machine without a GPU, everything up to the first CUDA
 # call (the carry's size against the 64 MiB a GPU machine takes, the build,
-# the CPU run), with the time the GPU machine would need estimated from it;
-# with a carried Kokkos also its CUDA build and the torch/kk units compiled
-# against it by nvcc_wrapper (--kk-link: the whole torch/kk lmp, linked).
+# the model export, the CPU run), with the time the GPU machine would need
+# estimated from it; with a carried Kokkos also its CUDA build and the
+# torch/kk units compiled against it by nvcc_wrapper (--kk-link: the whole
+# torch/kk lmp, linked); with the OpenMP KOKKOS lane (tools/setup.sh
+# --kokkos) the comparisons of (b), (d), (f) against its torch/kk.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$here"
@@ -52,6 +60,11 @@ cmake -S . -B build-gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DLAMMPS_SOURCE_D
 cmake --build build-gpu --target lmp -j "$jobs" > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
 build_s=$(( $(date +%s) - build_start ))
 echo "build of lmp (MPI stubs, pair_style torch): $build_s s on $jobs core(s)" | tee -a "$out/env.txt"
+# the models, exported here by this torch (a TorchScript file written by a
+# newer torch may not load in an older one)
+"$py" tools/gpu/models.py unpack gpu-carry/models "$here/build-gpu-models" 2>&1 | grep -v -i "warn" | tee -a "$out/env.txt"
+[ -f "$here/build-gpu-models/si_mp2_perturbed.pt" ] || { echo "ERROR: the models were not exported" >&2; exit 1; }
+export ML_TORCH_GPU_MODELS=$here/build-gpu-models
 # torch/kk: a CUDA Kokkos, then LAMMPS + KOKKOS compiled by its nvcc_wrapper
 kk_configure() {
   cmake -S . -B build-gpu-kk "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DLAMMPS_SOURCE_DIR="$here/gpu-carry/lammps" \
@@ -90,7 +103,8 @@ if [ "$rehearse" = 1 ]; then
   # the CPU half of the check, then stop before the first CUDA call
   cd examples/gpu
   run_start=$(date +%s)
-  ../../build-gpu/lmp -in in.gpu_check -var device cpu -var out "$out" -log "$out/log.cpu" -echo none > /dev/null
+  ../../build-gpu/lmp -in in.gpu_check -var device cpu -var out "$out" -var models "$ML_TORCH_GPU_MODELS" \
+    -log "$out/log.cpu" -echo none > /dev/null
   run_s=$(( $(date +%s) - run_start ))
   grep -E "Loop time" "$out/log.cpu" | sed "s/^/cpu: /"
   [ -s "$out/forces.cpu" ] || { echo "ERROR: the CPU run wrote no forces" >&2; exit 1; }
@@ -110,7 +124,7 @@ fi
 # (a) pair_style torch device cuda against the CPU, first: a run cut short still answers it
 cd examples/gpu
 for dev in cpu cuda; do
-  ../../build-gpu/lmp -in in.gpu_check -var device "$dev" -var out "$out" \
+  ../../build-gpu/lmp -in in.gpu_check -var device "$dev" -var out "$out" -var models "$ML_TORCH_GPU_MODELS" \
     -log "$out/log.$dev" -echo none > /dev/null
   grep -E "Loop time|Performance" "$out/log.$dev" | sed "s/^/$dev: /"
 done
@@ -132,7 +146,7 @@ if [ -n "${KOKKOS_CUDA_PREFIX:-}" ]; then
 fi
 if [ -x build-gpu-kk/lmp ]; then
   (cd examples/gpu && ../../build-gpu-kk/lmp -k on g 1 -sf kk -pk kokkos newton on neigh half -in in.gpu_check \
-     -var device kk -var out "$out" -log "$out/log.kk" -echo none > /dev/null) \
+     -var device kk -var out "$out" -var models "$ML_TORCH_GPU_MODELS" -log "$out/log.kk" -echo none > /dev/null) \
     && compare kk | tee -a "$out/report.txt" || echo "torch/kk run failed (log $out/log.kk)"
   # (b), (d), (f): torch/kk against the CPU at 4k to 262k atoms, fine-tuning, committee deviation
   tools/gpu/kk_items.sh "$out" build-gpu/lmp build-gpu-kk/lmp "-k on g 1 -sf kk -pk kokkos newton on neigh half" "$py" \

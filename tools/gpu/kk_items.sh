@@ -9,7 +9,9 @@
 # sizes: cells per side for (b), default "8 16 24 32" (4k, 32k, 110k and
 # 262k atoms); the CPU reference runs 5 steps above 8 cells, and the first
 # size torch/kk cannot run ends the list ("the largest size that fits").
-# Every line of the report goes to OUT/report.txt as well.
+# Every line of the report goes to OUT/report.txt as well. ML_TORCH_GPU_MODELS:
+# the folder of the models (tools/gpu/models.py unpack) instead of the
+# repository's.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 [ $# -ge 4 ] || { echo "usage: tools/gpu/kk_items.sh OUT CPU-LMP KK-LMP \"KK-SWITCHES\" [python] [sizes]" >&2; exit 2; }
@@ -30,6 +32,7 @@ run() {
   local which=$1 tag=$2
   shift 2
   local vars=(-var out "$out" -var sw "$sw" "$@")
+  [ -n "${ML_TORCH_GPU_MODELS:-}" ] && vars+=(-var models "$ML_TORCH_GPU_MODELS" -var perturbed "$ML_TORCH_GPU_MODELS")
   if [ "$which" = cpu ]; then
     "$cpu" -in in.gpu_kk -var device cpu "${vars[@]}" -log "$out/log.$tag.cpu" -echo none -screen none > /dev/null 2>&1
   else

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Prepare what the GPU check (tools/gpu/gpu_check.sh) needs on a machine
 # that can download nothing: a trimmed LAMMPS 4 Jul 2026 tree (cmake/, the
-# core src/ files, MANYBODY and the MPI stubs, Si.sw) and the nlohmann JSON
-# headers, in gpu-carry/ (ignored by git, well under 64 MiB). Run after
+# core src/ files, MANYBODY and the MPI stubs, Si.sw), the nlohmann JSON
+# headers and the check's models (tools/gpu/models.py pack), in gpu-carry/ (ignored by git, well under 64 MiB). Run after
 # tools/setup.sh. Then carry gpu-carry/ to the GPU machine and run
 #   tools/gpu/gpu_check.sh
 #   tools/gpu/prepare_carry.sh [--kokkos SOURCE]
@@ -28,6 +28,10 @@ done
 cp "$src/potentials/Si.sw" "$out/lammps/potentials/"
 [ -f "$src/LICENSE" ] && cp "$src/LICENSE" "$out/lammps/"
 cp -r /usr/include/nlohmann "$out/include/"
+# the check's models, packed for export by the GPU machine's own torch
+"${ML_TORCH_PYTHON:-$here/.venv/bin/python}" "$here/tools/gpu/models.py" pack "$out/models" \
+  "$here/potentials/si_local.pt" "$here/potentials/si_mp2.pt" "$here/unittest/models/si_mp2_perturbed.pt" 2>&1 \
+  | grep -v -i "warn"
 if [ -n "$kokkos" ]; then
   if [ -f "$kokkos" ]; then
     cp "$kokkos" "$out/kokkos.tar.gz"
