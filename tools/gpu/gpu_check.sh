@@ -34,6 +34,7 @@ py=${1:-python3}
 out=${OUT:-$here/gpu-results}
 mkdir -p "$out"
 jobs=$(nproc)
+command -v nvcc >/dev/null || export PATH=$PATH:/usr/local/cuda/bin    # Kokkos's nvcc_wrapper calls nvcc
 "$py" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count())" | tee "$out/env.txt"
 nvidia-smi -L 2>/dev/null | tee -a "$out/env.txt" || true
 ngpu=$("$py" -c "import torch; print(torch.cuda.device_count())")
@@ -65,10 +66,14 @@ echo "build of lmp (MPI stubs, pair_style torch): $build_s s on $jobs core(s)" |
 "$py" tools/gpu/models.py unpack gpu-carry/models "$here/build-gpu-models" 2>&1 | grep -v -i "warn" | tee -a "$out/env.txt"
 [ -f "$here/build-gpu-models/si_mp2_perturbed.pt" ] || { echo "ERROR: the models were not exported" >&2; exit 1; }
 export ML_TORCH_GPU_MODELS=$here/build-gpu-models
-# torch/kk: a CUDA Kokkos, then LAMMPS + KOKKOS compiled by its nvcc_wrapper
+# torch/kk: a CUDA Kokkos, then LAMMPS + KOKKOS compiled by its nvcc_wrapper.
+# lmp leaves what LibTorch's libraries need of theirs to them
+# (--allow-shlib-undefined): nvcc puts the CUDA toolkit's library folder
+# first, which can hold an older NCCL than the torch wheel's, and a machine
+# without a GPU driver has no libcuda.so.1 to link against.
 kk_configure() {
   cmake -S . -B build-gpu-kk "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DLAMMPS_SOURCE_DIR="$here/gpu-carry/lammps" \
-        -DCMAKE_CXX_COMPILER="$KOKKOS_CUDA_PREFIX/bin/nvcc_wrapper" \
+        -DCMAKE_CXX_COMPILER="$KOKKOS_CUDA_PREFIX/bin/nvcc_wrapper" -DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined \
         -DML_TORCH_PYTHON="$(command -v "$py")" -DML_TORCH_MPI=OFF -DML_TORCH_BUILD_TESTS=OFF \
         -DML_TORCH_KOKKOS=ON -DCMAKE_PREFIX_PATH="$KOKKOS_CUDA_PREFIX" \
         -DML_TORCH_JSON_INCLUDE_DIR="$here/gpu-carry/include" > "$out/cmake-kk.log" 2>&1
@@ -93,6 +98,16 @@ if [ "$rehearse" = 1 ] && [ -n "${KOKKOS_CUDA_PREFIX:-}" ]; then
   fi
   cmake --build build-gpu-kk -j "$jobs" --target "${targets[@]}" > "$out/build-kk.log" 2>&1 \
     || { grep -m 20 -E "error|FAILED" "$out/build-kk.log"; exit 1; }
+  if [ "$kk_link" = 1 ]; then
+    # the linked lmp loads (the CUDA driver's stub library standing in for
+    # the driver) and lists torch/kk; -k on g 1 stops at the first CUDA call
+    mkdir -p build-gpu-kk/stubs
+    ln -sf "$(dirname "$(command -v nvcc)")/../lib64/stubs/libcuda.so" build-gpu-kk/stubs/libcuda.so.1
+    LD_LIBRARY_PATH=$here/build-gpu-kk/stubs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} build-gpu-kk/lmp -h \
+      | grep -E "Kokkos library version|KOKKOS package API" | tee -a "$out/env.txt"
+    LD_LIBRARY_PATH=$here/build-gpu-kk/stubs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} build-gpu-kk/lmp -h \
+      | grep -qw "torch/kk" || { echo "ERROR: the torch/kk lmp has no pair_style torch/kk" >&2; exit 1; }
+  fi
   kk_s=$(( $(date +%s) - kk_start ))
   echo "torch/kk with CUDA Kokkos: ${targets[*]##*/} built by nvcc_wrapper in $kk_s s on $jobs core(s)" \
     | tee -a "$out/env.txt"

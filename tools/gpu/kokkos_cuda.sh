@@ -20,7 +20,9 @@
 #  3. containers/src/Kokkos_UnorderedMap.hpp: Kokkos 5's name
 #     host_mirror_type for HostMirror, which LAMMPS 2026's kokkos_type.h uses.
 # A Kokkos 5.1 or newer tree is built as it is. The static libraries are
-# position-independent: they are linked into liblammps.so.
+# position-independent (they are linked into liblammps.so), and Kokkos 4's
+# deprecated interfaces are off, as in Kokkos 5, which LAMMPS 2026 is
+# written for (with them on, Cuda::concurrency() is the static one).
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: tools/gpu/kokkos_cuda.sh SOURCE.tar.gz PREFIX [jobs]" >&2; exit 2; }
 tarball=$(realpath "$1")
@@ -61,7 +63,8 @@ command -v ninja >/dev/null && gen=(-G Ninja)
 start=$(date +%s)
 cmake -S "$src" -B "$work/build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$src/bin/nvcc_wrapper" \
       -DCMAKE_CXX_STANDARD=20 -DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_SERIAL=ON -DKokkos_ARCH_HOPPER90=ON \
-      -DBUILD_SHARED_LIBS=OFF -DCMAKE_POSITION_INDEPENDENT_CODE=ON -DCMAKE_INSTALL_PREFIX="$prefix" > "$work/cmake.log" 2>&1 \
+      -DKokkos_ENABLE_DEPRECATED_CODE_4=OFF -DBUILD_SHARED_LIBS=OFF -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
+      -DCMAKE_INSTALL_PREFIX="$prefix" > "$work/cmake.log" 2>&1 \
   || { tail -30 "$work/cmake.log"; exit 1; }
 cmake --build "$work/build" -j "$jobs" > "$work/build.log" 2>&1 || { grep -m 20 -E "error|FAILED" "$work/build.log"; exit 1; }
 cmake --install "$work/build" > "$work/install.log" 2>&1
