@@ -22,7 +22,7 @@ sizes=${6:-8 16 24 32}
 sw=${ML_TORCH_SI_SW:-$here/build/lammps-potentials/Si.sw}
 [ -f "$sw" ] || sw=$here/gpu-carry/lammps/potentials/Si.sw
 mkdir -p "$out"
-cd "$here/examples/gpu"
+cd "$here/examples/gpu" || exit 2
 say() { echo "$*" | tee -a "$out/report.txt"; }
 failed=0
 # compare.py; a difference over ML_TORCH_GPU_TOL (1e-10) is printed and counted
