@@ -30,7 +30,9 @@ cd "$here"
 rehearse=0 kk_link=0
 if [ "${1:-}" = "--rehearse" ]; then rehearse=1; shift; fi
 if [ "${1:-}" = "--kk-link" ]; then kk_link=1; shift; fi
-py=${1:-python3}
+# the Python, as an absolute path (the script changes folders; a venv's link is kept)
+py=$(command -v "${1:-python3}") && py=$(realpath -s "$py") \
+  || { echo "ERROR: no Python '${1:-python3}'" >&2; exit 1; }
 out=${OUT:-$here/gpu-results}
 mkdir -p "$out"
 jobs=$(nproc)

@@ -17,7 +17,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 [ $# -ge 4 ] || { echo "usage: tools/gpu/kk_items.sh OUT CPU-LMP KK-LMP \"KK-SWITCHES\" [python] [sizes]" >&2; exit 2; }
 out=$(realpath -m "$1") cpu=$(realpath "$2") kk=$(realpath "$3")
 read -r -a switches <<< "$4"
-py=$(realpath -s "$(command -v "${5:-python3}")")
+py=$(command -v "${5:-python3}") && py=$(realpath -s "$py") || { echo "ERROR: no Python '${5:-python3}'" >&2; exit 2; }
 sizes=${6:-8 16 24 32}
 sw=${ML_TORCH_SI_SW:-$here/build/lammps-potentials/Si.sw}
 [ -f "$sw" ] || sw=$here/gpu-carry/lammps/potentials/Si.sw
