@@ -57,7 +57,7 @@ build_start=$(date +%s)
 gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
 cmake -S . -B build-gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DLAMMPS_SOURCE_DIR="$here/gpu-carry/lammps" \
-      -DML_TORCH_PYTHON="$(command -v "$py")" -DML_TORCH_MPI=OFF -DML_TORCH_BUILD_TESTS=OFF \
+      -DML_TORCH_PYTHON="$py" -DML_TORCH_MPI=OFF -DML_TORCH_BUILD_TESTS=OFF \
       -DML_TORCH_JSON_INCLUDE_DIR="$here/gpu-carry/include" > "$out/cmake.log" 2>&1 \
   || { tail -40 "$out/cmake.log"; exit 1; }
 cmake --build build-gpu --target lmp -j "$jobs" > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
@@ -76,7 +76,7 @@ export ML_TORCH_GPU_MODELS=$here/build-gpu-models
 kk_configure() {
   cmake -S . -B build-gpu-kk "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DLAMMPS_SOURCE_DIR="$here/gpu-carry/lammps" \
         -DCMAKE_CXX_COMPILER="$KOKKOS_CUDA_PREFIX/bin/nvcc_wrapper" -DCMAKE_EXE_LINKER_FLAGS=-Wl,--allow-shlib-undefined \
-        -DML_TORCH_PYTHON="$(command -v "$py")" -DML_TORCH_MPI=OFF -DML_TORCH_BUILD_TESTS=OFF \
+        -DML_TORCH_PYTHON="$py" -DML_TORCH_MPI=OFF -DML_TORCH_BUILD_TESTS=OFF \
         -DML_TORCH_KOKKOS=ON -DCMAKE_PREFIX_PATH="$KOKKOS_CUDA_PREFIX" \
         -DML_TORCH_JSON_INCLUDE_DIR="$here/gpu-carry/include" > "$out/cmake-kk.log" 2>&1
 }
@@ -105,10 +105,9 @@ if [ "$rehearse" = 1 ] && [ -n "${KOKKOS_CUDA_PREFIX:-}" ]; then
     # the driver) and lists torch/kk; -k on g 1 stops at the first CUDA call
     mkdir -p build-gpu-kk/stubs
     ln -sf "$(dirname "$(command -v nvcc)")/../lib64/stubs/libcuda.so" build-gpu-kk/stubs/libcuda.so.1
-    LD_LIBRARY_PATH=$here/build-gpu-kk/stubs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} build-gpu-kk/lmp -h \
-      | grep -E "Kokkos library version|KOKKOS package API" | tee -a "$out/env.txt"
-    LD_LIBRARY_PATH=$here/build-gpu-kk/stubs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} build-gpu-kk/lmp -h \
-      | grep -qw "torch/kk" || { echo "ERROR: the torch/kk lmp has no pair_style torch/kk" >&2; exit 1; }
+    help=$(LD_LIBRARY_PATH=$here/build-gpu-kk/stubs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} build-gpu-kk/lmp -h)
+    grep -E "Kokkos library version|KOKKOS package API" <<< "$help" | tee -a "$out/env.txt"
+    grep -qw "torch/kk" <<< "$help" || { echo "ERROR: the torch/kk lmp has no pair_style torch/kk" >&2; exit 1; }
   fi
   kk_s=$(( $(date +%s) - kk_start ))
   echo "torch/kk with CUDA Kokkos: ${targets[*]##*/} built by nvcc_wrapper in $kk_s s on $jobs core(s)" \
@@ -146,10 +145,8 @@ for dev in cpu cuda; do
   grep -E "Loop time|Performance" "$out/log.$dev" | sed "s/^/$dev: /"
 done
 compare() {
-  local rc rd
-  rc=$("$py" "$here/tools/gpu/compare.py" rate "$out/log.cpu") rd=$("$py" "$here/tools/gpu/compare.py" rate "$out/log.$1")
   echo "$1: max |F_$1 - F_cpu| over max |F|: $("$py" "$here/tools/gpu/compare.py" forces "$out/forces.cpu" "$out/forces.$1");" \
-       "atom-steps/s: cpu $rc, $1 $rd ($("$py" -c "print(f'{$rd / $rc:.2f}x')"))"
+       "cpu and $1: $("$py" "$here/tools/gpu/compare.py" speed "$out/log.cpu" "$out/log.$1")"
 }
 compare cuda | tee -a "$out/report.txt"
 # (b) torch/kk on CUDA

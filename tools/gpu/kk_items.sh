@@ -53,9 +53,8 @@ for model in si_local si_mp2; do
     fi
     run cpu "$tag" -var task md -var model "$model" -var n "$n" -var steps "$steps" \
       || { say "(b) CPU reference $model n=$n failed (log $out/log.$tag.cpu)"; continue; }
-    rk=$(cmp_ rate "$out/log.$tag.kk") rc=$(cmp_ rate "$out/log.$tag.cpu")
     say "(b) torch/kk $model, $((8 * n * n * n)) atoms: $(cmp_ atoms "$out/atoms.$tag.cpu" "$out/atoms.$tag.kk");" \
-        "atom-steps/s torch/kk $rk, CPU $rc ($("$py" -c "print(f'{$rk / $rc:.2f}x')"))"
+        "CPU and torch/kk: $(cmp_ speed "$out/log.$tag.cpu" "$out/log.$tag.kk")"
   done
 done
 # (d) fine-tuning labels and gradient (Stillinger-Weber teacher, an update
