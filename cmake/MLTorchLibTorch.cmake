@@ -59,8 +59,12 @@ else()
   target_include_directories(MLTorch::libtorch SYSTEM INTERFACE "${_p}/include" "${_p}/include/torch/csrc/api/include")
   set(_libs ${ML_TORCH_LIB_TORCH} ${ML_TORCH_LIB_TORCH_CPU} ${ML_TORCH_LIB_C10})
   if(ML_TORCH_LIB_TORCH_CUDA)
-    # keep the CUDA kernels registered even though no symbol of them is referenced
-    set(_libs -Wl,--no-as-needed ${ML_TORCH_LIB_TORCH_CUDA} ${ML_TORCH_LIB_C10_CUDA} -Wl,--as-needed ${_libs})
+    # keep the CUDA kernels registered even though no symbol of them is
+    # referenced. One linker option: a compiler driver may regroup separate
+    # ones (Kokkos's nvcc_wrapper passes every -Wl, option before every
+    # library, so "-Wl,--no-as-needed lib.so -Wl,--as-needed" left
+    # libtorch_cuda out of a CUDA build's liblammps.so)
+    set(_libs "-Wl,--push-state,--no-as-needed,${ML_TORCH_LIB_TORCH_CUDA},${ML_TORCH_LIB_C10_CUDA},--pop-state" ${_libs})
     set(ML_TORCH_LIBTORCH_CUDA ON)
   else()
     set(ML_TORCH_LIBTORCH_CUDA OFF)
