@@ -2,6 +2,7 @@
 """Cost of the exact atomic virial (bench/RESULTS.md, "Heat flux").
 
   .venv/bin/python bench/heatflux.py [--atoms-per-side 8] [--steps 20] [--rounds 3] [--ranks 1 2]
+                                     [--kinds plain idle flux] [--split]
 
 For a model on 8^3 x 8 = 4096 Si atoms (diamond, 1200 K), three runs of the
 same NVE steps, in turn (A B C A B C ...; these machines are noisy):
@@ -14,6 +15,11 @@ same NVE steps, in turn (A B C A B C ...; these machines are noisy):
             atomic virial (four backward passes instead of one)
 and prints the median loop times and the ratios flux/plain and idle/plain,
 per model (si_mp2: 2 message-passing layers; si_local: local) and rank count.
+
+--split: instead, the model's own forward and backward times in Python (one
+thread, the same block of atoms as a cluster, median of --rounds), and what
+they set as the least an atomic-virial step can cost against a plain one
+with four reverse passes instead of one: (F + 4 B) / (F + B).
 """
 
 import argparse
@@ -21,6 +27,7 @@ import os
 import re
 import statistics
 import subprocess
+import time
 
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
@@ -56,6 +63,40 @@ def loop_time(model, n, steps, kind, ranks):
     return float(times[-1])
 
 
+def split(model, n, rounds):
+    """forward F and backward B of the model on the block of 8 n^3 atoms"""
+    import numpy as np
+    import torch
+    torch.set_num_threads(1)
+    path = model if os.path.isabs(model) else os.path.join(potentials, model)
+    files = {"mltorch_metadata.json": ""}
+    net = torch.jit.load(path, map_location="cpu", _extra_files=files)
+    cell = 5.431 * np.array([[0, 0, 0], [0, .5, .5], [.5, 0, .5], [.5, .5, 0],
+                             [.25, .25, .25], [.25, .75, .75], [.75, .25, .75], [.75, .75, .25]])
+    g = np.stack(np.meshgrid(*[np.arange(n)] * 3, indexing="ij"), -1).reshape(-1, 3) * 5.431
+    x = (g[:, None, :] + cell[None]).reshape(-1, 3) + np.random.default_rng(1).normal(0, 0.05, (8 * n ** 3, 3))
+    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    import json
+    rc = float(json.loads(files["mltorch_metadata.json"])["cutoff"])
+    with torch.no_grad():
+        d = torch.cdist(xt, xt)
+        d.fill_diagonal_(float("inf"))
+        centre, nbr = torch.nonzero(d < rc, as_tuple=True)
+    species = torch.zeros(len(x), dtype=torch.int64)
+    f, b = [], []
+    for _ in range(rounds + 1):   # the first round warms up
+        t0 = time.perf_counter()
+        e = net(xt[nbr] - xt[centre], torch.stack([centre, nbr]), species, len(x))
+        t1 = time.perf_counter()
+        torch.autograd.grad(e.sum(), xt)
+        t2 = time.perf_counter()
+        f.append(t1 - t0)
+        b.append(t2 - t1)
+    F, B = statistics.median(f[1:]), statistics.median(b[1:])
+    print(f"| {os.path.basename(model)} | {8 * n ** 3} | {F:.3f} | {B:.3f} | {B / F:.2f} | {(F + 4 * B) / (F + B):.2f} |",
+          flush=True)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--atoms-per-side", type=int, default=8)
@@ -64,19 +105,27 @@ def main():
     p.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
     p.add_argument("--models", nargs="+", default=["si_mp2.pt", "si_local.pt"],
                    help="model files (in potentials/, or paths)")
+    p.add_argument("--kinds", nargs="+", default=["plain", "idle", "flux"], choices=["plain", "idle", "flux"])
+    p.add_argument("--split", action="store_true", help="the models' forward and backward times instead")
     a = p.parse_args()
     n = a.atoms_per_side
+    if a.split:
+        print("| model | atoms | forward F s | backward B s | B/F | least (F + 4B)/(F + B) |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for model in a.models:
+            split(os.path.abspath(model) if os.path.exists(model) else model, n, a.rounds)
+        return
     print(f"{8 * n ** 3} atoms, {a.steps} steps a run, {a.rounds} rounds (A B C in turn); "
           "median loop times")
     print("| model | atoms | ranks | plain s | idle s | flux s | idle/plain | flux/plain | idle extra in flux steps |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for model in a.models:
         for ranks in a.ranks:
-            t = {"plain": [], "idle": [], "flux": []}
+            t = {k: [] for k in a.kinds}
             for _ in range(a.rounds):
                 for kind in t:
                     t[kind].append(loop_time(model, n, a.steps, kind, ranks))
-            m = {k: statistics.median(v) for k, v in t.items()}
+            m = {k: statistics.median(t[k]) if k in t else float("nan") for k in ("plain", "idle", "flux")}
             # the idle run's extra time in units of one atomic-virial step's
             # extra cost: 1.0 = the last step's thermo output alone
             per = (m["flux"] - m["plain"]) / (a.steps + 0.0)

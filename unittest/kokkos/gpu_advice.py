@@ -26,19 +26,30 @@ import tempfile
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # every text file of the checkout that can tell a user how to run torch/kk
-SKIP_DIRS = {".git", ".venv", "build", "build-asan", "fuzz", "__pycache__"}
+SKIP_DIRS = {".git", "build", "fuzz", "__pycache__"}    # (without git, e.g. in the lane's root)
 TEXT = (".cpp", ".h", ".rst", ".md", ".py", ".sh", ".in", ".txt") + ("",)
 
 
 def places():
-    for top, dirs, files in os.walk(ROOT):
-        dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.startswith("gpu-carry")]
-        for name in files:
-            rel = os.path.relpath(os.path.join(top, name), ROOT)
-            if rel == os.path.join("unittest", "kokkos", "gpu_advice.py"):
-                continue
-            if os.path.splitext(name)[1] in TEXT or name.startswith("in."):
-                yield rel
+    """the checkout's own files: what git tracks or would (ignored build
+    products, downloads and installed third-party packages are not ours)"""
+    try:
+        listed = subprocess.run(["git", "-C", ROOT, "ls-files", "--cached", "--others", "--exclude-standard"],
+                                capture_output=True, text=True, check=True).stdout.splitlines()
+    except (OSError, subprocess.CalledProcessError):
+        listed = [os.path.relpath(os.path.join(top, name), ROOT)
+                  for top, dirs, files in os.walk(ROOT)
+                  if not any(part in SKIP_DIRS or part.startswith(("gpu-", "build-", ".venv"))
+                             for part in os.path.relpath(top, ROOT).split(os.sep))
+                  for name in files]
+    for rel in listed:
+        name = os.path.basename(rel)
+        if rel == os.path.join("unittest", "kokkos", "gpu_advice.py") or not os.path.isfile(os.path.join(ROOT, rel)):
+            continue
+        if os.path.splitext(name)[1] in TEXT or name.startswith("in."):
+            yield rel
+
+
 OPTION_WORDS = r"((?:\s+(?:newton|neigh|comm|gpu/aware|neigh/qeq|binsize)\s+[a-z0-9/.]+)+)"
 
 
