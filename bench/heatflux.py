@@ -75,9 +75,10 @@ def split(model, n, rounds):
                              [.25, .25, .25], [.25, .75, .75], [.75, .25, .75], [.75, .75, .25]])
     g = np.stack(np.meshgrid(*[np.arange(n)] * 3, indexing="ij"), -1).reshape(-1, 3) * 5.431
     x = (g[:, None, :] + cell[None]).reshape(-1, 3) + np.random.default_rng(1).normal(0, 0.05, (8 * n ** 3, 3))
-    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
     import json
-    rc = float(json.loads(files["mltorch_metadata.json"])["cutoff"])
+    meta = json.loads(files["mltorch_metadata.json"])
+    rc = float(meta["cutoff"])
+    xt = torch.tensor(x, dtype=getattr(torch, meta.get("dtype", "float64")), requires_grad=True)
     with torch.no_grad():
         d = torch.cdist(xt, xt)
         d.fill_diagonal_(float("inf"))
