@@ -158,6 +158,7 @@ if [ -z "$lmp" ]; then
     say "torch/kk with CUDA Kokkos: ${targets[*]##*/} built by nvcc_wrapper in $(( $(date +%s) - kk_start )) s on $jobs core(s)"
     [ -x build-gpu-kk/lmp ] && kk_lmp=$here/build-gpu-kk/lmp
   fi
+  build_s=$(( $(date +%s) - build_start ))    # all the builds
 fi
 
 # ---- the models, exported by this torch; SevenNet-0 imported with it
