@@ -23,6 +23,7 @@ with four reverse passes instead of one: (F + 4 B) / (F + B).
 """
 
 import argparse
+import json
 import os
 import re
 import statistics
@@ -65,31 +66,25 @@ def loop_time(model, n, steps, kind, ranks):
 
 def split(model, n, rounds):
     """forward F and backward B of the model on the block of 8 n^3 atoms"""
-    import numpy as np
     import torch
+    from torchscript_tuning import silicon    # the same perturbed diamond block (puts python/ on the path)
+    from mltorch.graph import build_graph, edge_vectors
     torch.set_num_threads(1)
     path = model if os.path.isabs(model) else os.path.join(potentials, model)
     files = {"mltorch_metadata.json": ""}
     net = torch.jit.load(path, map_location="cpu", _extra_files=files)
-    cell = 5.431 * np.array([[0, 0, 0], [0, .5, .5], [.5, 0, .5], [.5, .5, 0],
-                             [.25, .25, .25], [.25, .75, .75], [.75, .25, .75], [.75, .75, .25]])
-    g = np.stack(np.meshgrid(*[np.arange(n)] * 3, indexing="ij"), -1).reshape(-1, 3) * 5.431
-    x = (g[:, None, :] + cell[None]).reshape(-1, 3) + np.random.default_rng(1).normal(0, 0.05, (8 * n ** 3, 3))
-    import json
     meta = json.loads(files["mltorch_metadata.json"])
-    rc = float(meta["cutoff"])
-    xt = torch.tensor(x, dtype=getattr(torch, meta.get("dtype", "float64")), requires_grad=True)
-    with torch.no_grad():
-        d = torch.cdist(xt, xt)
-        d.fill_diagonal_(float("inf"))
-        centre, nbr = torch.nonzero(d < rc, as_tuple=True)
-    species = torch.zeros(len(x), dtype=torch.int64)
+    pos, cell = silicon(n)
+    graph = build_graph(pos, cell, torch.zeros(len(pos), dtype=torch.int64), float(meta["cutoff"]),
+                        pbc=(False, False, False))
+    dtype = getattr(torch, meta.get("dtype", "float64"))
+    x = pos.to(dtype).requires_grad_(True)
     f, b = [], []
     for _ in range(rounds + 1):   # the first round warms up
         t0 = time.perf_counter()
-        e = net(xt[nbr] - xt[centre], torch.stack([centre, nbr]), species, len(x))
+        e = net(edge_vectors(graph, x, cell.to(dtype)), graph.edge_index, graph.species, graph.n_local)
         t1 = time.perf_counter()
-        torch.autograd.grad(e.sum(), xt)
+        torch.autograd.grad(e.sum(), x)
         t2 = time.perf_counter()
         f.append(t1 - t0)
         b.append(t2 - t1)

@@ -10,8 +10,8 @@
   compare.py thermo A B   the thermo rows of the last run of two LAMMPS logs:
                           the largest difference relative to each column's
                           largest value
-  compare.py speed A B    atom-steps/s of the last runs of two LAMMPS logs,
-                          and B's over A's
+  compare.py speed A [B]  atom-steps/s of the last run of a LAMMPS log, or
+                          of two and B's over A's
 atoms and thermo exit with status 1 when a difference is over the
 tolerance in ML_TORCH_GPU_TOL (default 1e-10), after printing it.
 """
@@ -73,6 +73,8 @@ if __name__ == "__main__":
         d = rel(a[:, 1:], b[:, 1:])
         print("thermo columns 2.. " + " ".join(f"{v:.2e}" for v in d) + f" over {len(a)} rows")
         sys.exit(int(d.max() > TOL))
+    elif what == "speed" and len(sys.argv) == 3:
+        print(f"atom-steps/s {rate(sys.argv[2]):.4g}")
     elif what == "speed":
         ra, rb = rate(sys.argv[2]), rate(sys.argv[3])
         print(f"atom-steps/s {ra:.4g} and {rb:.4g} ({rb / ra:.2f}x)")

@@ -55,9 +55,13 @@ logs() { tar -C "$out" -cJf "$rep/logs.tar.xz" --exclude 'atoms.*' --exclude 'fo
 trap logs EXIT
 command -v nvcc >/dev/null || export PATH=$PATH:/usr/local/cuda/bin    # Kokkos's nvcc_wrapper calls nvcc
 say "$(. /etc/os-release && echo "$PRETTY_NAME"), $(ldd --version | head -1), $jobs cores"
-say "$("$py" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count())")"
+# this Python's torch, asked once: version, CUDA, GPUs, its library folder
+read -r torch_full torch_cuda ngpu torch_lib < <("$py" -c "import torch, os
+print(torch.__version__, torch.version.cuda, torch.cuda.device_count(), os.path.join(os.path.dirname(torch.__file__), 'lib'))") \
+  || { echo "ERROR: torch does not import in $py" >&2; exit 1; }
+torch_version=${torch_full%%+*}
+say "torch $torch_full cuda $torch_cuda gpus $ngpu"
 nvidia-smi -L 2>/dev/null | tee -a "$rep/env.txt" || true
-ngpu=$("$py" -c "import torch; print(torch.cuda.device_count())")
 if [ "$rehearse" = 0 ] && [ "$ngpu" -lt 1 ]; then
   echo "ERROR: torch ($py) sees no CUDA GPU here; on a machine without one run tools/gpu/gpu_check.sh --rehearse" >&2
   exit 1
@@ -73,8 +77,6 @@ if [ "$rehearse" = 1 ]; then
   [ $((tree + carry)) -le $((64 * 1048576)) ] || { echo "ERROR: the carry is over 64 MiB" >&2; exit 1; }
 fi
 [ -d gpu-carry/lammps ] || [ ! -f gpu-carry/sources.tar.xz ] || tar -C gpu-carry -xJf gpu-carry/sources.tar.xz
-torch_version=$("$py" -c "import torch; print(torch.__version__.split('+')[0])")
-torch_lib=$("$py" -c "import torch, os; print(os.path.join(os.path.dirname(torch.__file__), 'lib'))")
 
 prep_start=$(date +%s)
 # ---- the lmp: carried, or built here
@@ -146,17 +148,21 @@ if [ -z "$lmp" ]; then
   if [ -n "${KOKKOS_CUDA_PREFIX:-}" ]; then
     kk_start=$(date +%s)
     targets=(lmp)
-    if [ "$rehearse" = 1 ] && command -v ninja >/dev/null; then
-      # the rehearsal compiles the torch/kk units only (with LibTorch's and
-      # KOKKOS's headers, the longest); tools/gpu/build_binaries.sh links it all
-      kk_configure || { tail -30 "$out/cmake-kk.log"; exit 1; }
-      mapfile -t targets < <(ninja -C build-gpu-kk -t targets all | sed -n 's|^\(.*/kokkos/[a-z_]*kokkos[a-z_]*\.cpp\.o\):.*|\1|p')
-      [ "${#targets[@]}" = 3 ] || { echo "ERROR: expected the 3 torch/kk units in build-gpu-kk, found ${#targets[@]}" >&2; exit 1; }
+    if ! kk_configure; then
+      tail -30 "$out/cmake-kk.log"
+      [ "$rehearse" = 0 ] || exit 1
+    else
+      if [ "$rehearse" = 1 ] && command -v ninja >/dev/null; then
+        # the rehearsal compiles the torch/kk units only (with LibTorch's and
+        # KOKKOS's headers, the longest); tools/gpu/build_binaries.sh links it all
+        mapfile -t targets < <(ninja -C build-gpu-kk -t targets all | sed -n 's|^\(.*/kokkos/[a-z_]*kokkos[a-z_]*\.cpp\.o\):.*|\1|p')
+        [ "${#targets[@]}" = 3 ] || { echo "ERROR: expected the 3 torch/kk units in build-gpu-kk, found ${#targets[@]}" >&2; exit 1; }
+      fi
+      cmake --build build-gpu-kk -j "$jobs" --target "${targets[@]}" > "$out/build-kk.log" 2>&1 \
+        || { grep -m 20 -E "error|FAILED" "$out/build-kk.log"; [ "$rehearse" = 0 ] || exit 1; }
+      say "torch/kk with CUDA Kokkos: ${targets[*]##*/} built by nvcc_wrapper in $(( $(date +%s) - kk_start )) s on $jobs core(s)"
+      [ -x build-gpu-kk/lmp ] && kk_lmp=$here/build-gpu-kk/lmp
     fi
-    { kk_configure && cmake --build build-gpu-kk -j "$jobs" --target "${targets[@]}" > "$out/build-kk.log" 2>&1; } \
-      || { grep -m 20 -E "error|FAILED" "$out/build-kk.log" "$out/cmake-kk.log"; [ "$rehearse" = 0 ] || exit 1; }
-    say "torch/kk with CUDA Kokkos: ${targets[*]##*/} built by nvcc_wrapper in $(( $(date +%s) - kk_start )) s on $jobs core(s)"
-    [ -x build-gpu-kk/lmp ] && kk_lmp=$here/build-gpu-kk/lmp
   fi
   build_s=$(( $(date +%s) - build_start ))    # all the builds
 fi
@@ -189,7 +195,7 @@ if [ "$rehearse" = 1 ]; then
     "$lmp" -in in.gpu_check -var device cpu -var model $model -var out "$out" -var models "$models" \
       -log "$out/log.$model.cpu" -echo none -screen none > /dev/null
     [ -s "$out/forces.$model.cpu" ] || { echo "ERROR: the CPU run of $model wrote no forces" >&2; exit 1; }
-    say "cpu $model: $("$py" "$here/tools/gpu/compare.py" speed "$out/log.$model.cpu" "$out/log.$model.cpu" | cut -d' ' -f1-2)"
+    say "cpu $model: $("$py" "$here/tools/gpu/compare.py" speed "$out/log.$model.cpu")"
   done
   run_s=$(( $(date +%s) - run_start ))
   if [ -n "$kk2" ]; then

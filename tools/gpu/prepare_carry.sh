@@ -43,9 +43,8 @@ cp -p "$src/potentials/Si.sw" "$out/lammps/potentials/"
 cp -rp /usr/include/nlohmann "$out/include/"
 # (e): SevenNet-0's import there; the other checkpoints, sevenn's own LAMMPS
 # sources and its compiled D3 libraries are left out of its wheel
-wheels=${ML_TORCH_CACHE:-$HOME/.cache/ml-torch}/wheels
 for w in sevenn==0.13.0 ase==3.29.0 braceexpand==0.1.7 matscipy==1.3.1; do
-  cp "$("$here/tools/gpu/fetch_wheel.sh" "${w%%==*}" "${w##*==}" "$wheels")" "$out/wheels/"
+  cp "$("$here/tools/gpu/fetch_wheel.sh" "${w%%==*}" "${w##*==}")" "$out/wheels/"
 done
 mapfile -t others < <(unzip -Z1 "$out"/wheels/sevenn-*.whl | grep '^sevenn/pretrained_potentials/.*/' \
                       | grep -v '/SevenNet_0__11Jul2024/' | sed 's|/[^/]*$|/*|' | sort -u)

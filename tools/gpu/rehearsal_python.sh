@@ -20,12 +20,11 @@ if [ -z "$py312" ]; then   # python3.12 on PATH, else a pyenv one
 fi
 [ -n "$py312" ] || { echo "ERROR: no python3.12 here (give one as the argument)" >&2; exit 1; }
 venv=$here/build-gpu-bin/py312
-wheels=${ML_TORCH_CACHE:-$HOME/.cache/ml-torch}/wheels
-nvidia=$("$here/.venv/bin/python" -c "import nvidia, os; print(os.path.dirname(nvidia.__path__[0] + '/x'))")
+nvidia=$("$here/.venv/bin/python" -c "import nvidia; print(list(nvidia.__path__)[0])")
 [ -d "$nvidia/cu13" ] || { echo "ERROR: no CUDA 13 nvidia libraries in $here/.venv (tools/setup.sh)" >&2; exit 1; }
 [ -x "$venv/bin/python" ] || "$py312" -m venv "$venv"
 pip=("$venv/bin/python" -m pip install -q --no-deps --only-binary=:all:)
-"${pip[@]}" "$("$here/tools/gpu/fetch_wheel.sh" torch 2.11.0 "$wheels")"
+"${pip[@]}" "$("$here/tools/gpu/fetch_wheel.sh" torch 2.11.0)"
 # what the check and SevenNet-0's import use, with what they need, as pip
 # resolves it, less torch and its CUDA packages
 want=(numpy e3nn torch_geometric pandas scikit-learn scipy pyyaml tqdm requests cloudpickle)

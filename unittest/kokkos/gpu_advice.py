@@ -37,11 +37,10 @@ def places():
         listed = subprocess.run(["git", "-C", ROOT, "ls-files", "--cached", "--others", "--exclude-standard"],
                                 capture_output=True, text=True, check=True).stdout.splitlines()
     except (OSError, subprocess.CalledProcessError):
-        listed = [os.path.relpath(os.path.join(top, name), ROOT)
-                  for top, dirs, files in os.walk(ROOT)
-                  if not any(part in SKIP_DIRS or part.startswith(("gpu-", "build-", ".venv"))
-                             for part in os.path.relpath(top, ROOT).split(os.sep))
-                  for name in files]
+        listed = []
+        for top, dirs, files in os.walk(ROOT):
+            dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.startswith(("gpu-", "build-", ".venv"))]
+            listed += [os.path.relpath(os.path.join(top, name), ROOT) for name in files]
     for rel in listed:
         name = os.path.basename(rel)
         if rel == os.path.join("unittest", "kokkos", "gpu_advice.py") or not os.path.isfile(os.path.join(ROOT, rel)):
