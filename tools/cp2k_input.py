@@ -15,9 +15,16 @@ basis sets, Gamma point; --cutoff/--rel-cutoff/--basis/--eps-scf change
 them. Reads orthogonal and triclinic boxes (xy xz yz) of atom styles
 atomic, charge and full (the coordinates are the last three columns before
 optional image flags).
+
+--project names CP2K's own files (PROJECT-RESTART.wfn and its backups); it
+defaults to the output's name without its extension (cp2k.0.inp: cp2k.0),
+so inputs written to different files can run at the same time in one
+folder. Two CP2K runs with one project in one folder rotate the same
+backups and one of them aborts.
 """
 
 import argparse
+import os
 import sys
 
 # valence electrons of the GTH-PBE pseudopotentials CP2K's GTH_POTENTIALS
@@ -109,9 +116,12 @@ def main():
     p.add_argument("--rel-cutoff", type=float, default=40.0)
     p.add_argument("--basis", default="DZVP-MOLOPT-SR-GTH")
     p.add_argument("--eps-scf", type=float, default=1e-6)
-    p.add_argument("--project", default="lammps")
+    p.add_argument("--project", help="CP2K's project name (default: the output's name "
+                   "without extension; lammps when writing to stdout)")
     p.add_argument("-o", "--output", default="-")
     a = p.parse_args()
+    if a.project is None:
+        a.project = "lammps" if a.output == "-" else os.path.splitext(os.path.basename(a.output))[0]
     text = cp2k_input(a.data, a.elements, a.driver, a.cutoff, a.rel_cutoff, a.basis, a.eps_scf,
                       a.project)
     if a.output == "-":

@@ -184,6 +184,18 @@ static double cp2k_energy_and_forces(const std::string &out, std::vector<double>
   return e;
 }
 
+// the last n lines of a text file ("" when it cannot be read)
+static std::string tail_of(const std::string &path, int n)
+{
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::string out;
+  for (size_t i = lines.size() > size_t(n) ? lines.size() - n : 0; i < lines.size(); ++i)
+    out += lines[i] + "\n";
+  return out;
+}
+
 TEST(IpiCp2k, LabelsEqualItsOwnRun)
 {
   const std::string name = socket_name("cp2k");
@@ -202,18 +214,28 @@ TEST(IpiCp2k, LabelsEqualItsOwnRun)
   if (me == 0) {
     ASSERT_EQ(std::system((tool + " --driver " + name + " -o " + dir + "/driver.inp").c_str()), 0);
     ASSERT_EQ(std::system((tool + " -o " + dir + "/own.inp").c_str()), 0);
+    // the two run at once in one folder: one CP2K project each (one shared
+    // project rotates the same RESTART.wfn backups, and one run aborts)
+    EXPECT_NE(tail_of(dir + "/driver.inp", 1000).find("PROJECT driver\n"), std::string::npos);
+    EXPECT_NE(tail_of(dir + "/own.inp", 1000).find("PROJECT own\n"), std::string::npos);
   }
   Labels got;
-  {
+  try {
     // the driver waits for the server's socket; its own run goes at the same time
     Client driver({"/bin/sh", "-c", "while [ ! -S /tmp/ipi_" + name + " ]; do sleep 0.05; done; cd " +
-                   dir + " && exec cp2k.psmp -i driver.inp -o driver.out"});
-    Client own({"/bin/sh", "-c", "cd " + dir + " && exec cp2k.psmp -i own.inp -o own.out"});
+                   dir + " && exec cp2k.psmp -i driver.inp -o driver.out"},
+                  dir + "/driver.log");
+    Client own({"/bin/sh", "-c", "cd " + dir + " && exec cp2k.psmp -i own.inp -o own.out"},
+               dir + "/own.log");
     l.cmds({"fix ft all torch/finetune 1 teacher ipi \"" + name +
                 " 0 unix\" energy_shift none log 0 check 0 teacher_timeout 60",
             "run 1 post no"});
     got = labels_of(l, MPI_COMM_WORLD);
     l.cmd("unfix ft");
+  } catch (std::exception &ex) {
+    FAIL() << ex.what() << "\nCP2K driver's output (end):\n"
+           << tail_of(dir + "/driver.out", 30) << "\nits stderr (end):\n"
+           << tail_of(dir + "/driver.log", 30);
   }
   double e_own = NAN;
   std::vector<double> f_own;
