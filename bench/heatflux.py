@@ -19,7 +19,9 @@ per model (si_mp2: 2 message-passing layers; si_local: local) and rank count.
 --split: instead, the model's own forward and backward times in Python (one
 thread, the same block of atoms as a cluster, median of --rounds), and what
 they set as the least an atomic-virial step can cost against a plain one
-with four reverse passes instead of one: (F + 4 B) / (F + B).
+with four reverse passes instead of one: (F + 4 B) / (F + B); then the four
+reverse passes one by one and batched as one (vmap, is_grads_batched), and
+what the batched one would make a step cost.
 """
 
 import argparse
@@ -79,18 +81,32 @@ def split(model, n, rounds):
                         pbc=(False, False, False))
     dtype = getattr(torch, meta.get("dtype", "float64"))
     x = pos.to(dtype).requires_grad_(True)
-    f, b = [], []
+    # the four cotangents of an atomic-virial step: E's and the moments X_a's
+    w = torch.stack([torch.ones(len(pos), dtype=dtype)] + [x.detach()[:, a] for a in range(3)])
+    f, b, four, batched = [], [], [], []
     for _ in range(rounds + 1):   # the first round warms up
         t0 = time.perf_counter()
         e = net(edge_vectors(graph, x, cell.to(dtype)), graph.edge_index, graph.species, graph.n_local)
         t1 = time.perf_counter()
-        torch.autograd.grad(e.sum(), x)
+        torch.autograd.grad(e.sum(), x, retain_graph=True)
         t2 = time.perf_counter()
+        one_by_one = [torch.autograd.grad(e, x, w[k], retain_graph=True)[0] for k in range(4)]
+        t3 = time.perf_counter()
+        # the same four as one batched reverse pass (PyTorch's vmap over
+        # the vector-Jacobian product; LibTorch's C++ API has no such call)
+        at_once = torch.autograd.grad(e, x, w, is_grads_batched=True)[0]
+        t4 = time.perf_counter()
+        for k in range(4):
+            assert torch.allclose(at_once[k], one_by_one[k], rtol=1e-5, atol=1e-6 * float(one_by_one[k].abs().max()))
         f.append(t1 - t0)
         b.append(t2 - t1)
+        four.append(t3 - t2)
+        batched.append(t4 - t3)
+        del e, one_by_one, at_once    # free the retained graph outside the timed forward pass
     F, B = statistics.median(f[1:]), statistics.median(b[1:])
-    print(f"| {os.path.basename(model)} | {8 * n ** 3} | {F:.3f} | {B:.3f} | {B / F:.2f} | {(F + 4 * B) / (F + B):.2f} |",
-          flush=True)
+    B4, Bv = statistics.median(four[1:]), statistics.median(batched[1:])
+    print(f"| {os.path.basename(model)} | {8 * n ** 3} | {F:.3f} | {B:.3f} | {B / F:.2f} | {(F + 4 * B) / (F + B):.2f} "
+          f"| {B4:.3f} | {Bv:.3f} | {(F + Bv) / (F + B):.2f} |", flush=True)
 
 
 def main():
@@ -106,8 +122,9 @@ def main():
     a = p.parse_args()
     n = a.atoms_per_side
     if a.split:
-        print("| model | atoms | forward F s | backward B s | B/F | least (F + 4B)/(F + B) |")
-        print("| --- | --- | --- | --- | --- | --- |")
+        print("| model | atoms | forward F s | backward B s | B/F | least (F + 4B)/(F + B) "
+              "| 4 backward s | 4 batched s | (F + batched)/(F + B) |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for model in a.models:
             split(os.path.abspath(model) if os.path.exists(model) else model, n, a.rounds)
         return
