@@ -21,6 +21,7 @@ Run: python unittest/test_heatflux.py -v  (ctest does; ML_TORCH_LMP names
 the lmp executable, ML_TORCH_MPIEXEC the MPI launcher).
 """
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -142,6 +143,20 @@ def energies_on(model, x, rc):
     return model(edge_vec, torch.stack([centre, nbr]), species, len(x)), xt, centre, edge_vec
 
 
+def keep_large_allocations():
+    """what the style does for its own process (src/core/runtime.cpp): glibc
+    keeps freed blocks up to 1 GiB instead of handing them back to the
+    system. The reference's per-atom graphs allocate and free hundreds of MB
+    for every atom; handed back, they are faulted in again each time
+    (SevenNet-0's reference: 6.4 s an atom, 40% of it in the kernel; kept,
+    4.4 s)"""
+    if "MALLOC_MMAP_THRESHOLD_" not in os.environ:
+        libc = ctypes.CDLL(None)
+        M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3    # glibc's malloc.h
+        if libc.mallopt(M_MMAP_THRESHOLD, 1 << 30) == 1 and "MALLOC_TRIM_THRESHOLD_" not in os.environ:
+            libc.mallopt(M_TRIM_THRESHOLD, 1 << 30)
+
+
 def reference(model_path, box, pos, reach, ball=None):
     """W_i (3x3, [a][b] = position component a, gradient component b) of
     every atom of the cell, by the full Jacobian on the unfolded system;
@@ -154,42 +169,41 @@ def reference(model_path, box, pos, reach, ball=None):
     layers; a node inside whose neighbours are cut off is itself at least one
     layer too far for its changed features to arrive), and for a deep model
     much cheaper than one graph of the whole unfolded slab."""
+    keep_large_allocations()
     meta = read_metadata(model_path)
     model = torch.jit.load(model_path, map_location="cpu")
     rc = float(meta["cutoff"])
     n = len(pos)
     x, owner = unfolded(box, pos, reach)
     W, W_centre, energy = np.zeros((n, 3, 3)), np.zeros((n, 3, 3)), 0.0
-    # what a per-atom split of the edge gradients gives instead (the edges of
-    # the cell's atoms, -r_ij (x) dE/dr_ij on the centre i): the attribution
-    # this test must tell from the right one for many-body models
-    def add_centre(E, centre, edge_vec, nodes):
-        (g,) = torch.autograd.grad(E, edge_vec, retain_graph=True)
-        g, r, c = g.numpy(), edge_vec.detach().numpy(), nodes[centre.numpy()]
-        mine = c < n
-        np.add.at(W_centre, c[mine], -r[mine][:, :, None] * g[mine][:, None, :])
 
-    def add_row(E, xt, nodes, j):
-        (g,) = torch.autograd.grad(E, xt, retain_graph=True)
+    def add_row(E, xt, centre, edge_vec, nodes, j):
+        """row j of the Jacobian into W, and what a per-atom split of the
+        edge gradients gives instead (the edges of the cell's atoms,
+        -r_ij (x) dE/dr_ij on the centre i, summed over the rows) into
+        W_centre: the attribution this test must tell from the right one for
+        many-body models. One reverse pass gives both."""
+        g, ge = torch.autograd.grad(E, [xt, edge_vec], retain_graph=True)
         rel = x[j] - x[nodes]    # r_j - r_n for every node n
         np.add.at(W, owner[nodes], rel[:, :, None] * g.numpy()[:, None, :])
+        ge, r, c = ge.numpy(), edge_vec.detach().numpy(), nodes[centre.numpy()]
+        mine = c < n
+        np.add.at(W_centre, c[mine], -r[mine][:, :, None] * ge[mine][:, None, :])
 
     if ball is None:
         nodes = np.arange(len(x))
         energies, xt, centre, edge_vec = energies_on(model, x, rc)
         for j in range(n):
-            add_row(energies[j], xt, nodes, j)
-        add_centre(energies[:n].sum(), centre, edge_vec, nodes)
-        energy = float(energies[:n].sum())
+            add_row(energies[j], xt, centre, edge_vec, nodes, j)
+        energy = float(energies[:n].sum().detach())
     else:
         torch.set_num_threads(2)    # ctest gives this entry 2 cores
         for j in range(n):
             nodes = np.flatnonzero(np.linalg.norm(x - x[j], axis=1) < ball)
             energies, xt, centre, edge_vec = energies_on(model, x[nodes], rc)
             E = energies[np.searchsorted(nodes, j)]    # nodes is sorted and holds j
-            add_row(E, xt, nodes, j)
-            add_centre(E, centre, edge_vec, nodes)
-            energy += float(E)
+            add_row(E, xt, centre, edge_vec, nodes, j)
+            energy += float(E.detach())
     return W, energy, W_centre
 
 
