@@ -70,6 +70,12 @@ def read_data(path):
     return lo, hi, tilt, atoms
 
 
+def project_of(path):
+    """the CP2K project of an input written to `path`: its name without its
+    extension (one project per input file, so that runs can share a folder)"""
+    return os.path.splitext(os.path.basename(path))[0]
+
+
 def cp2k_input(data, elements, driver=None, cutoff=200.0, rel_cutoff=40.0,
                basis="DZVP-MOLOPT-SR-GTH", eps_scf=1e-6, project="lammps"):
     lo, hi, (xy, xz, yz), atoms = read_data(data)
@@ -121,7 +127,7 @@ def main():
     p.add_argument("-o", "--output", default="-")
     a = p.parse_args()
     if a.project is None:
-        a.project = "lammps" if a.output == "-" else os.path.splitext(os.path.basename(a.output))[0]
+        a.project = "lammps" if a.output == "-" else project_of(a.output)
     text = cp2k_input(a.data, a.elements, a.driver, a.cutoff, a.rel_cutoff, a.basis, a.eps_scf,
                       a.project)
     if a.output == "-":

@@ -83,9 +83,8 @@ def label(job):
     data, inp, out, kw = job
     # two at a time: each frame is its own CP2K project (frame.R.I-RESTART.wfn);
     # two runs of one project in one folder rotate the same files and one aborts
-    project = os.path.splitext(os.path.basename(inp))[0]
     with open(inp, "w") as f:
-        f.write(cp2k_input.cp2k_input(data, project=project, **kw))
+        f.write(cp2k_input.cp2k_input(data, project=cp2k_input.project_of(inp), **kw))
     subprocess.run(["cp2k.psmp", "-i", os.path.basename(inp), "-o", os.path.basename(out)],
                    check=True, cwd=os.path.dirname(inp), env=dict(os.environ, OMP_NUM_THREADS="1"))
     return cp2k_forces(out)
