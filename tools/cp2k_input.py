@@ -20,7 +20,7 @@ optional image flags).
 defaults to the output's name without its extension (cp2k.0.inp: cp2k.0),
 so inputs written to different files can run at the same time in one
 folder. Two CP2K runs with one project in one folder rotate the same
-backups and one of them aborts.
+backups, and one of them can abort.
 """
 
 import argparse

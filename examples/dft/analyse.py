@@ -82,7 +82,7 @@ def cp2k_forces(out):
 def label(job):
     data, inp, out, kw = job
     # two at a time: each frame is its own CP2K project (frame.R.I-RESTART.wfn);
-    # two runs of one project in one folder rotate the same files and one aborts
+    # two runs of one project in one folder rotate the same files and one can abort
     with open(inp, "w") as f:
         f.write(cp2k_input.cp2k_input(data, project=cp2k_input.project_of(inp), **kw))
     subprocess.run(["cp2k.psmp", "-i", os.path.basename(inp), "-o", os.path.basename(out)],
