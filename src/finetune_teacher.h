@@ -133,6 +133,8 @@ class IpiTeacher : public FinetuneTeacher {
   bigint nlabels = 0;
   double time_label = 0.0, time_client = 0.0;    // wall seconds on the first rank
   std::vector<int> counts, displs;
+  std::string periodicity_failure() const;
+  void log_notes();
   // ranks other than the server wait for it without spinning (a DFT call
   // takes seconds to hours, and a spinning MPI wait takes the client's cores)
   void lazy_wait(MPI_Comm comm);

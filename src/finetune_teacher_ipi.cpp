@@ -30,6 +30,7 @@
 #include "mltorch/collectives.h"
 #include "mltorch/ipi.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <ctime>
@@ -41,6 +42,9 @@ using namespace LAMMPS_NS;
 static constexpr double kBohrAngstrom = 0.529177210903;
 static constexpr double kHartreeEv = 27.211386245988;
 static constexpr double kHartreeKcalMol = 627.50947406;
+// seconds at most that a client has to answer STATUS, INIT and GETFORCE
+// (teacher_timeout when shorter); its calculation has no limit
+static constexpr double kReplyLimit = 60.0;
 
 /* ---------------------------------------------------------------------- */
 
@@ -72,11 +76,18 @@ IpiTeacher::IpiTeacher(LAMMPS *lmp, const std::string &address_in, double timeou
                units);
   bohr_ = kBohrAngstrom;    // Angstrom in both
   if (domain->dimension != 3) error->all(FLERR, "Fix torch/finetune teacher ipi needs 3d");
+  const std::string aperiodic = periodicity_failure();
+  if (!aperiodic.empty()) error->all(FLERR, aperiodic);
   try {
     MLTorch::IpiServer probe(name, port, unix_socket);    // checks the address
     where = probe.where();
     host = name + (unix_socket ? " (unix)" : fmt::format(", port {}", port));
-    if (comm->me == 0) server = std::make_unique<MLTorch::IpiServer>(name, port, unix_socket);
+    if (comm->me == 0) {
+      server = std::make_unique<MLTorch::IpiServer>(name, port, unix_socket);
+      // replies other than the calculation's are due at once: a peer that
+      // stays silent is not waited for longer than for a client to connect
+      server->set_reply_timeout(std::min(timeout_s, kReplyLimit));
+    }
   } catch (MLTorch::IpiError &e) {
     error->all(FLERR, "Fix torch/finetune teacher ipi: {}", e.what());
   }
@@ -90,27 +101,62 @@ IpiTeacher::~IpiTeacher()
 }
 
 /* ----------------------------------------------------------------------
+   the client is sent the box as a periodic cell: a shrink-wrapped or fixed
+   boundary would put atoms next to their own images (empty: periodic)
+------------------------------------------------------------------------- */
+
+std::string IpiTeacher::periodicity_failure() const
+{
+  if (domain->xperiodic && domain->yperiodic && domain->zperiodic) return {};
+  return "Fix torch/finetune teacher ipi needs periodic boundaries in x, y and z (boundary p p p): "
+         "the client is sent the box as a periodic cell, and along a non-periodic boundary its "
+         "atoms would sit next to their own images. For a cluster or a slab, make the box periodic "
+         "with enough vacuum (change_box all boundary p p p, then grow the box)";
+}
+
+// what the server has to say to the log (rank 0 of the replica)
+void IpiTeacher::log_notes()
+{
+  if (!server) return;
+  for (const auto &note : server->take_notes())
+    utils::logmesg(lmp, "fix torch/finetune: teacher ipi: {}\n", note);
+}
+
+/* ----------------------------------------------------------------------
    the start of a run: the server listens and waits for its client
 ------------------------------------------------------------------------- */
 
 std::string IpiTeacher::connect()
 {
-  std::string failure;
-  if (server && !server->connected()) {
+  std::string failure = periodicity_failure();
+  if (failure.empty() && server && !server->connected()) {
     try {
       server->open();
+      if (server->reachable_from_network())
+        error->warning(FLERR, "Fix torch/finetune teacher ipi listens on {}, which other machines "
+                              "can reach: whoever connects there first, from any machine that "
+                              "reaches it, can be the client and feed labels to the training. "
+                              "Where the client runs on this node, use a Unix socket or "
+                              "localhost",
+                       where);
       utils::logmesg(lmp, "fix torch/finetune: teacher ipi{}: waiting up to {} s for the i-PI "
                           "client on {}\n",
                      universe->nworlds > 1 ? fmt::format(" (replica {})", universe->iworld) : "",
                      timeout_s, where);
       server->accept_client(timeout_s);
-      utils::logmesg(lmp, "fix torch/finetune: teacher ipi: client connected on {}\n", where);
-    } catch (MLTorch::IpiError &e) {
+      log_notes();
+      utils::logmesg(lmp, "fix torch/finetune: teacher ipi: client connected on {} ({})\n", where,
+                     server->client());
+    } catch (MLTorch::IpiTimeout &e) {
+      log_notes();
       failure = fmt::format("Fix torch/finetune teacher ipi: {}. Start the client when the server "
-                            "listens: CP2K with RUN_TYPE DRIVER and &DRIVER HOST {}; LAMMPS with "
-                            "fix ipi; ASE with SocketClient (doc/dft_teacher.md); or raise "
-                            "teacher_timeout",
+                            "listens: CP2K with RUN_TYPE DRIVER and &DRIVER HOST {}; Quantum "
+                            "ESPRESSO with pw.x --ipi; LAMMPS with fix ipi; ASE with SocketClient "
+                            "(doc/dft_teacher.md); or raise teacher_timeout",
                             e.what(), host);
+    } catch (MLTorch::IpiError &e) {
+      log_notes();
+      failure = fmt::format("Fix torch/finetune teacher ipi: {}", e.what());
     }
   }
   lazy_wait(world);
@@ -244,6 +290,7 @@ void IpiTeacher::reference(double **fref, double &e_ref, double *w_ref,
                               "whole: start a new client and continue from them",
                               e.what(), update->ntimestep);
       }
+      log_notes();
     }
   }
   lazy_wait(world);

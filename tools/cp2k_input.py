@@ -108,7 +108,8 @@ def cp2k_input(data, elements, driver=None, cutoff=200.0, rel_cutoff=40.0,
             sys.exit(f"cp2k_input.py: no GTH-PBE valence known for {el}; add it to GTH_Q")
         out += [f"    &KIND {el}", f"      BASIS_SET {basis}",
                 f"      POTENTIAL GTH-PBE-q{GTH_Q[el]}", "    &END KIND"]
-    out += ["  &END SUBSYS", "  &PRINT", "    &FORCES ON", "      NDIGITS 15", "    &END FORCES", "  &END PRINT",
+    out += ["  &END SUBSYS", "  &PRINT", "    &FORCES ON", "      NDIGITS 15", "    &END FORCES",
+            "    &STRESS_TENSOR ON", "    &END STRESS_TENSOR", "  &END PRINT",
             "&END FORCE_EVAL"]
     return "\n".join(out) + "\n"
 

@@ -52,7 +52,8 @@ sudo_cmd=()
 say "system packages"
 pkgs=(build-essential cmake ninja-build ccache git ca-certificates dpkg-dev
       libopenmpi-dev openmpi-bin python3 python3-venv python3-dev
-      libgtest-dev libgmock-dev libyaml-dev nlohmann-json3-dev cp2k cp2k-data)
+      libgtest-dev libgmock-dev libyaml-dev nlohmann-json3-dev cp2k cp2k-data
+      quantum-espresso quantum-espresso-data util-linux)
 [ "$kokkos_2021" = 1 ] && pkgs+=(libtrilinos-kokkos-dev xz-utils)
 [ "$kokkos" = 1 ] && pkgs+=(debootstrap)
 missing=()
@@ -151,6 +152,11 @@ if ! .venv-mace/bin/python -c "import mace, e3nn, mltorch.importers; assert e3nn
   .venv-mace/bin/python -m pip install -q -c .venv-mace/constraints.txt "mace-torch==0.3.16"
   echo "(pip's note on e3nn above is about .venv's SevenNet and nequip seen from .venv-mace;" \
        ".venv keeps e3nn 0.6, .venv-mace has 0.4.4 for MACE)"
+fi
+# i-PI's own Python driver (i-pi-py_driver): a client of teacher ipi that
+# takes the NEEDINIT/INIT path (test IpiClients)
+if ! .venv/bin/python -c "import ipi" 2>/dev/null || [ ! -x .venv/bin/i-pi-py_driver ]; then
+  .venv/bin/python -m pip install -q "ipi==3.3.1"
 fi
 # the project's own tooling (mltorch-info, mltorch-compile, mltorch-import,
 # exporter, trainer), editable

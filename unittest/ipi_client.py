@@ -4,9 +4,11 @@ SocketClient around an ASE calculator (Lennard-Jones), optionally plus known
 per-element energy constants, and the faulty clients the fault tests need.
 
   ipi_client.py NAME NATOMS [--shift E] [--die-after K] [--bad nan|count]
-                [--record FILE] [--symbols Si|SiC]
+                [--record FILE] [--symbols Si|SiC] [--port P] [--after S]
 
-NAME is the Unix socket's name (/tmp/ipi_NAME). --record writes every
+NAME is the Unix socket's name (/tmp/ipi_NAME), or with --port the TCP
+host. --after waits S seconds once the server listens (so that other peers
+come first). --record writes every
 calculation (energy, forces, virial in eV and Angstrom, as the calculator
 gave them) to FILE as JSON lines, so that a test compares the labels the
 server made of them with what the client computed.
@@ -78,6 +80,8 @@ def main():
     p.add_argument("--record")
     p.add_argument("--symbols", default="Si")
     p.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the server")
+    p.add_argument("--port", type=int, default=0, help="TCP on host NAME, this port")
+    p.add_argument("--after", type=float, default=0.0)
     args = p.parse_args()
 
     if args.symbols == "SiC":
@@ -88,9 +92,16 @@ def main():
     atoms.calc = Teacher(args.shift, args.die_after, args.bad, args.record)
     # the server may start after the client: retry until it listens
     deadline = time.time() + args.wait
+    where = dict(host=args.name, port=args.port) if args.port else dict(unixsocket=args.name)
+    if args.after > 0:
+        while not args.port and not os.path.exists("/tmp/ipi_" + args.name):
+            if time.time() > deadline:
+                sys.exit(f"ipi_client.py: no server on /tmp/ipi_{args.name}")
+            time.sleep(0.02)
+        time.sleep(args.after)
     while True:
         try:
-            client = SocketClient(unixsocket=args.name)
+            client = SocketClient(**where)
             break
         except OSError:
             if time.time() > deadline:

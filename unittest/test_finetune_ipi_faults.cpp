@@ -147,21 +147,38 @@ TEST(IpiFaults, BadAddressAndUnits)
 }
 
 /* ----------------------------------------------------------------------
-   CP2K (Debian's cp2k.psmp) in driver mode: the labels of an 8-atom Si
-   cell equal CP2K's own ENERGY_FORCE run of the same configuration (both
+   CP2K (Debian's cp2k.psmp) in driver mode: the labels (energy, forces,
+   virial) of an 8-atom Si cell equal CP2K's own ENERGY_FORCE run of the
+   same configuration (energy, forces, stress times volume; both
    inputs written by tools/cp2k_input.py from one data file; PBE, SZV
    basis, 120 Ry, Gamma point). Not bitwise: CP2K reads the ENERGY_FORCE
    run's Angstrom coordinates with its own Bohr constant, the driver gets
    Bohr from the server's, and the SCF stops at EPS_SCF.
 ------------------------------------------------------------------------- */
 
-static double cp2k_energy_and_forces(const std::string &out, std::vector<double> &f)
+// CP2K's own energy (Hartree), forces (Hartree/Bohr) and stress (GPa, 3x3
+// row-major) from its output
+static double cp2k_energy_and_forces(const std::string &out, std::vector<double> &f,
+                                     std::vector<double> &stress)
 {
   std::ifstream in(out);
   std::string line;
   double e = NAN;
   bool forces = false;
+  int stress_rows = -1;
   while (std::getline(in, line)) {
+    if (line.find("STRESS| Analytical stress tensor [GPa]") != std::string::npos) {
+      stress.clear();
+      stress_rows = 0;
+      continue;
+    }
+    if (stress_rows >= 0 && stress_rows < 4) {
+      std::istringstream w(line.substr(line.find('|') + 1));
+      std::string axis;
+      double a, b, c;
+      if (w >> axis >> a >> b >> c) stress.insert(stress.end(), {a, b, c});
+      if (++stress_rows == 4) stress_rows = -1;
+    }
     if (line.find("ENERGY| Total FORCE_EVAL ( QS ) energy") != std::string::npos)
       e = std::stod(line.substr(line.rfind(':') + 1));
     if (line.find("ATOMIC FORCES in [a.u.]") != std::string::npos) {
@@ -238,8 +255,10 @@ TEST(IpiCp2k, LabelsEqualItsOwnRun)
            << tail_of(dir + "/driver.log", 30);
   }
   double e_own = NAN;
-  std::vector<double> f_own;
-  if (me == 0) e_own = cp2k_energy_and_forces(dir + "/own.out", f_own);
+  std::vector<double> f_own, s_own(9, 0.0);
+  if (me == 0) e_own = cp2k_energy_and_forces(dir + "/own.out", f_own, s_own);
+  s_own.resize(9, 0.0);
+  MPI_Bcast(s_own.data(), 9, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   MPI_Bcast(&e_own, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   int nf = static_cast<int>(f_own.size());
   MPI_Bcast(&nf, 1, MPI_INT, 0, MPI_COMM_WORLD);
@@ -257,5 +276,174 @@ TEST(IpiCp2k, LabelsEqualItsOwnRun)
   EXPECT_LE(de, 1e-5);
   EXPECT_LE(df, 1e-4);
   EXPECT_GT(max_abs(f_own), 0.1);    // a displaced crystal: forces to compare
+  // the virial the driver returned against CP2K's own stress: W = sigma V
+  // (CP2K prints compression as positive stress), GPa * A^3 -> eV
+  const double volume = std::pow(5.431, 3), gpa_a3_ev = 1.0 / 160.21766208;
+  const int ij[6][2] = {{0, 0}, {1, 1}, {2, 2}, {0, 1}, {0, 2}, {1, 2}};
+  std::vector<double> w_got(got.w, got.w + 6), w_own(6);
+  for (int k = 0; k < 6; ++k) w_own[k] = s_own[3 * ij[k][0] + ij[k][1]] * volume * gpa_a3_ev;
+  const double dw = max_diff(w_got, w_own);
+  if (me == 0)
+    std::printf("[ ipi cp2k ] virial vs CP2K's own stress x volume: %.3e eV (%.2e of the largest "
+                "component, %.3f eV)\n",
+                dw, dw / max_abs(w_own), max_abs(w_own));
+  EXPECT_GT(max_abs(w_own), 1.0);
+  EXPECT_LE(dw, 1e-6 * max_abs(w_own));
   if (me == 0) std::system(("rm -rf " + dir).c_str());
+}
+
+/* ----------------------------------------------------------------------
+   Quantum ESPRESSO (Debian's pw.x) as the client: it asks NEEDINIT before
+   every configuration and reads exactly one byte of INIT's string. The
+   labels of an 8-atom Si cell equal pw.x's own scf run of the same input
+   (tools/qe_input.py; PBE, Debian's Si.pbe-rrkj.UPF, 20 Ry, 2x2x2 k-points,
+   Marzari-Vanderbilt smearing): energy, forces and stress times volume.
+   Not bitwise: pw.x prints 8 decimals (Ry, Ry/Bohr, Ry/Bohr^3), its own run
+   converts the Angstrom input with its Bohr (CODATA 2006: 4.4e-9 from the
+   server's), and the SCF stops at conv_thr.
+------------------------------------------------------------------------- */
+
+// pw.x's energy (Ry), forces (Ry/Bohr) and stress (Ry/Bohr^3, 3x3) from its output
+static double qe_results(const std::string &out, std::vector<double> &f, std::vector<double> &stress)
+{
+  std::ifstream in(out);
+  std::string line;
+  double e = NAN;
+  int stress_rows = -1;
+  while (std::getline(in, line)) {
+    if (line.rfind("!    total energy", 0) == 0) e = std::stod(line.substr(line.find('=') + 1));
+    if (line.find("Forces acting on atoms") != std::string::npos) f.clear();
+    if (line.find(" force =") != std::string::npos && line.find("atom") != std::string::npos) {
+      std::istringstream w(line.substr(line.find('=') + 1));
+      double fx, fy, fz;
+      if (w >> fx >> fy >> fz) f.insert(f.end(), {fx, fy, fz});
+    }
+    if (line.find("total   stress") != std::string::npos) {
+      stress.clear();
+      stress_rows = 0;
+      continue;
+    }
+    if (stress_rows >= 0 && stress_rows < 3) {
+      std::istringstream w(line);
+      double a, b, c;
+      if (w >> a >> b >> c) stress.insert(stress.end(), {a, b, c});
+      ++stress_rows;
+    }
+  }
+  return e;
+}
+
+static std::vector<std::string> si8_with_student()
+{
+  return {"units metal", "lattice diamond 5.431", "region box block 0 1 0 1 0 1", "create_box 1 box",
+          "create_atoms 1 box", "mass 1 28.0855",
+          "displace_atoms all random 0.1 0.1 0.1 8813 units box", "pair_style torch",
+          "pair_coeff * * " + student + " Si"};
+}
+
+TEST(IpiQe, LabelsEqualItsOwnRun)
+{
+  if (std::system("command -v pw.x > /dev/null 2>&1") != 0) GTEST_SKIP() << "no pw.x";
+  const std::string name = socket_name("qe"), dir = "/tmp/" + name;
+  Lammps l;
+  l.cmds(si8_with_student());
+  if (me == 0) ::mkdir(dir.c_str(), 0755);
+  l.cmds({"write_data " + dir + "/si8.data"});
+  const std::string tool = env_or("ML_TORCH_PYTHON_EXE", "python3") + " " ML_TORCH_SOURCE_DIR
+                           "/tools/qe_input.py " + dir + "/si8.data --elements Si";
+  if (me == 0) {
+    // one scratch folder each: the two run at once in one folder
+    ASSERT_EQ(std::system((tool + " --outdir ./driver-out -o " + dir + "/driver.in").c_str()), 0);
+    ASSERT_EQ(std::system((tool + " --outdir ./own-out -o " + dir + "/own.in").c_str()), 0);
+  }
+  Labels got;
+  try {
+    // pw.x connects once: it starts when the server's socket exists
+    Client driver({"/bin/sh", "-c", "while [ ! -S /tmp/ipi_" + name + " ]; do sleep 0.05; done; cd " +
+                   dir + " && exec pw.x --ipi " + name + ":UNIX -in driver.in > driver.out"},
+                  dir + "/driver.log");
+    Client own({"/bin/sh", "-c", "cd " + dir + " && exec pw.x -in own.in > own.out"}, dir + "/own.log");
+    l.cmds({"fix ft all torch/finetune 1 teacher ipi \"" + name +
+                " 0 unix\" energy_shift none log 0 check 0 teacher_timeout 60",
+            "run 1 post no"});
+    got = labels_of(l, MPI_COMM_WORLD);
+    l.cmd("unfix ft");
+  } catch (std::exception &ex) {
+    FAIL() << ex.what() << "\npw.x driver's output (end):\n" << tail_of(dir + "/driver.out", 30)
+           << "\nits stderr (end):\n" << tail_of(dir + "/driver.log", 30);
+  }
+  double e_own = NAN;
+  std::vector<double> f_own, s_own;
+  if (me == 0) e_own = qe_results(dir + "/own.out", f_own, s_own);
+  MPI_Bcast(&e_own, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  int nf = static_cast<int>(f_own.size());
+  MPI_Bcast(&nf, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  f_own.resize(nf);
+  s_own.resize(9, 0.0);
+  MPI_Bcast(f_own.data(), nf, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  MPI_Bcast(s_own.data(), 9, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  ASSERT_EQ(nf, 24) << "pw.x's own run printed no forces (see " << dir << "/own.out)";
+  const double hartree = 27.211386245988, bohr = 0.529177210903, ry = hartree / 2;
+  const double e = e_own * ry;
+  for (double &v : f_own) v *= ry / bohr;
+  // W = sigma V: pw.x prints compression as positive stress (Ry/Bohr^3)
+  const double volume = std::pow(5.431 / bohr, 3);
+  const int ij[6][2] = {{0, 0}, {1, 1}, {2, 2}, {0, 1}, {0, 2}, {1, 2}};
+  std::vector<double> w_got(got.w, got.w + 6), w_own(6);
+  for (int k = 0; k < 6; ++k) w_own[k] = s_own[3 * ij[k][0] + ij[k][1]] * volume * ry;
+  const double de = std::fabs(got.e - e), df = max_diff(got.f, f_own), dw = max_diff(w_got, w_own);
+  if (me == 0)
+    std::printf("[ ipi qe ] 8 Si atoms, PBE/20 Ry/2x2x2: labels vs pw.x's own run: energy %.3e eV "
+                "(%.2e relative), forces %.3e eV/A (largest %.3f), virial %.3e eV (largest %.3f)\n",
+                de, de / std::fabs(e), df, max_abs(f_own), dw, max_abs(w_own));
+  EXPECT_LE(de, 1e-5);
+  EXPECT_LE(df, 1e-5);
+  EXPECT_LE(dw, 2e-3);    // 8 printed decimals of Ry/Bohr^3 times 1080 Bohr^3: 1.5e-4 eV
+  EXPECT_GT(max_abs(f_own), 0.1);
+  EXPECT_GT(max_abs(w_own), 1.0);
+  if (me == 0) std::system(("rm -rf " + dir).c_str());
+}
+
+/* ----------------------------------------------------------------------
+   i-PI's own Python driver (PyPI ipi, i-pi-py_driver -m harmonic) as the
+   client: it answers NEEDINIT until it gets INIT, so the handshake's
+   INIT path runs. Its labels are the harmonic potential of the positions
+   sent (Bohr, relative to the box's lower corner): E = k/2 sum x^2,
+   F = -k x, no virial; equal to 1e-13 relative
+------------------------------------------------------------------------- */
+
+TEST(IpiDriver, HarmonicLabelsAreItsOwn)
+{
+  const std::string py = env_or("ML_TORCH_PYTHON_EXE", "python3");
+  const std::string driver = py.substr(0, py.rfind('/') + 1) + "i-pi-py_driver";
+  if (!file_exists(driver)) GTEST_SKIP() << "no " << driver;
+  const std::string name = socket_name("pydrv");
+  const double k = 0.05;
+  Lammps l;
+  l.cmds(si8_with_student());
+  Labels got;
+  {
+    Client client({"/bin/sh", "-c", "while [ ! -S /tmp/ipi_" + name + " ]; do sleep 0.05; done; exec " +
+                   py + " " + driver + " -u -a " + name + " -m harmonic -o " + std::to_string(k)});
+    l.cmds({"fix ft all torch/finetune 1 teacher ipi \"" + name +
+                " 0 unix\" energy_shift none log 0 check 0 teacher_timeout 60",
+            "run 1 post no"});
+    got = labels_of(l, MPI_COMM_WORLD);
+    l.cmd("unfix ft");
+  }
+  const auto x = l.gather("x", 3);
+  const double hartree = 27.211386245988, bohr = 0.529177210903;
+  std::vector<double> f(x.size());
+  double e = 0.0;
+  for (std::size_t j = 0; j < x.size(); ++j) {
+    const double xb = x[j] / bohr;    // the box's lower corner is 0
+    e += 0.5 * k * xb * xb * hartree;
+    f[j] = -k * xb * hartree / bohr;
+  }
+  if (me == 0)
+    std::printf("[ ipi i-pi-py_driver ] harmonic k=%g: energy %.3e relative, forces %.3e relative\n",
+                k, std::fabs(got.e - e) / e, rel(got.f, f));
+  EXPECT_LE(std::fabs(got.e - e), 1e-13 * e);
+  EXPECT_LE(rel(got.f, f), 1e-13);
+  EXPECT_EQ(max_abs(std::vector<double>(got.w, got.w + 6)), 0.0);
 }

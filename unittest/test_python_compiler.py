@@ -90,6 +90,18 @@ class Compiler(unittest.TestCase):
         self.assertIn("AOTInductor package for cpu", out.stdout)
         self.assertIn("LocalMBNet", out.stdout)
 
+    def test_info_lists_parameter_names(self):
+        """mltorch-info --parameters (doc/models.md, doc/fix_torch_finetune.rst's train/freeze)"""
+        model = os.path.join(root, "potentials", "si_local.pt")
+        out = subprocess.run([os.path.join(root, ".venv", "bin", "mltorch-info"), "--parameters", model],
+                             capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("parameters (name, shape):", out.stdout)
+        names = [n for n, _ in torch.jit.load(model).named_parameters()]
+        self.assertGreater(len(names), 0)
+        for n in names:
+            self.assertIn(n, out.stdout)
+
     def test_finetuned_compiled_student_compiles_again(self):
         """A compiled student trained in LAMMPS saves TorchScript; that compiles again, same energy."""
         saved = os.path.join(self.tmp, "ft.pt")
