@@ -24,6 +24,7 @@
 #include "error.h"
 #include "platform.h"
 #include "finetune_replicas.h"
+#include "mltorch_units.h"
 #include "universe.h"
 #include "update.h"
 
@@ -37,11 +38,7 @@
 
 using namespace LAMMPS_NS;
 
-// CODATA 2018 (as NIST lists it): the Bohr radius in Angstrom, the Hartree
-// energy in eV and in kcal/mol (2625.4996394799 kJ/mol / 4.184)
-static constexpr double kBohrAngstrom = 0.529177210903;
-static constexpr double kHartreeEv = 27.211386245988;
-static constexpr double kHartreeKcalMol = 627.50947406;
+using namespace LAMMPS_NS::MLTorchUnits;
 // seconds at most that a client has to answer STATUS, INIT and GETFORCE
 // (teacher_timeout when shorter); its calculation has no limit
 static constexpr double kReplyLimit = 60.0;

@@ -27,6 +27,7 @@
 #include "finetune_replicas.h"
 #include "finetune_teacher.h"
 #include "input.h"
+#include "finetune_labels.h"
 #include "force.h"
 #include "lmp_compat.h"
 #include "memory.h"
@@ -102,6 +103,19 @@ FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
   teacher = FinetuneTeacher::create(lmp, set->teacher_style, set->teacher_coeff, set->teacher_timeout);
   replicas = std::make_unique<FinetuneReplicas>(lmp);
   setup_trainable();
+  if (!set->labels_file.empty()) {
+    std::vector<std::string> elements(atom->ntypes + 1);
+    const auto &names = model_->metadata().elements;
+    for (int t = 1; t <= atom->ntypes; ++t) {
+      const int s = student->species_of_type(t);
+      if (s >= 0 && s < static_cast<int>(names.size())) elements[t] = names[s];
+    }
+    // provenance: the teacher as the fix was given it
+    const std::string what = set->teacher_style == "ipi"
+        ? teacher->describe()
+        : set->teacher_style + " " + FinetuneTeacher::substitute_variables(lmp, set->teacher_coeff);
+    labels = std::make_unique<FinetuneLabels>(lmp, set->labels_file, elements, what);
+  }
 
   vector_flag = 1;
   size_vector = 17;
@@ -282,6 +296,7 @@ void FixTorchFinetune::setup_pre_force(int /*vflag*/)
   synced = true;
   // an external teacher's client connects (all replicas agree on failures)
   replicas->agree(teacher->connect());
+  if (labels) replicas->agree(labels->open());
 }
 
 /* ---------------------------------------------------------------------- */
@@ -364,6 +379,10 @@ void FixTorchFinetune::post_run()
 {
   const std::string line = teacher->summary();
   if (!line.empty()) utils::logmesg(lmp, line);
+  if (labels) {
+    const std::string written = labels->summary();
+    if (!written.empty()) utils::logmesg(lmp, written);
+  }
   if (!set->save_file.empty() && trainer->count.nupdates > 0) save_model(set->save_file);
 }
 
@@ -396,7 +415,12 @@ void FixTorchFinetune::write_restart(FILE *fp)
   // every rank holds the same state: rank 0 alone packs it (the other ranks
   // learn its size, so that all of them stop together on a state too large)
   std::string out;
-  if (comm->me == 0) out = MLTorch::pack_record(trainer->record(model_hash, member_hashes));
+  if (comm->me == 0) {
+    auto record = trainer->record(model_hash, member_hashes);
+    // where this replica's label file stands: a continued run cuts it back there
+    if (labels) labels->position(record.labels_frames, record.labels_bytes);
+    out = MLTorch::pack_record(record);
+  }
   bigint size = static_cast<bigint>(out.size());
   MPI_Bcast(&size, 1, MPI_LMP_BIGINT, 0, world);
   // a fix's global restart record has an int size: parameters, two Adam
@@ -434,6 +458,7 @@ void FixTorchFinetune::restart(char *buf)
   }
   const std::string mismatch = MLTorch::record_mismatch(r, model_path, model_hash, member_hashes);
   if (!mismatch.empty()) error->all(FLERR, "Fix torch/finetune: {}", mismatch);
+  if (labels && r.labels_frames >= 0) labels->resume(r.labels_frames, r.labels_bytes);
   try {
     trainer->restore(r);
   } catch (std::exception &e) {

@@ -43,7 +43,7 @@ void FixTorchFinetune::parse_settings(LAMMPS *lmp, int narg, char **arg,
   static const std::vector<std::string> keywords{
       "teacher", "weights", "lr", "optimizer", "weight_decay", "momentum", "schedule", "clip",
       "accumulate", "max_force_error", "rollback", "save", "log", "check", "train", "freeze",
-      "replay", "replay_memory", "uncertainty", "teacher_timeout", "energy_shift"};
+      "replay", "replay_memory", "uncertainty", "teacher_timeout", "energy_shift", "labels"};
   auto is_keyword = [&](const char *w) {
     for (const auto &k : keywords)
       if (k == w) return true;
@@ -143,6 +143,10 @@ void FixTorchFinetune::parse_settings(LAMMPS *lmp, int narg, char **arg,
       s.save_file = arg[iarg + 2];
       if (s.save_every < 0) error->all(FLERR, "Fix torch/finetune save interval must be >= 0");
       iarg += 3;
+    } else if (kw == "labels") {
+      if (iarg + 2 > narg) MLTorchLmp::missing_args(FLERR, "fix torch/finetune labels", error);
+      s.labels_file = arg[iarg + 1];
+      iarg += 2;
     } else if (kw == "log") {
       s.log_every = integer(iarg + 1, "log");
       if (s.log_every < 0) error->all(FLERR, "Fix torch/finetune log interval must be >= 0");

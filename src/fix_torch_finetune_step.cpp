@@ -24,6 +24,7 @@
 #include "atom.h"
 #include "comm.h"
 #include "error.h"
+#include "finetune_labels.h"
 #include "finetune_replicas.h"
 #include "finetune_teacher.h"
 #include "lmp_compat.h"
@@ -179,6 +180,19 @@ void FixTorchFinetune::train_current(const MLTorch::GraphInput &in)
       resid_atom[i] = student->species_of_type(type[i]) >= 0 ? std::sqrt(r2) : 0.0;
     }
     if (set->replay_capacity > 0) store_replay(in, c.e_ref, c.w_ref, natoms);
+  }
+
+  // the label file: the teacher's energy and virial over the replica, as it gave them
+  if (labels) {
+    double mine[7] = {e_ref_part, w_ref_part[0], w_ref_part[1], w_ref_part[2],
+                      w_ref_part[3], w_ref_part[4], w_ref_part[5]};
+    double sums[7];
+    MPI_Allreduce(mine, sums, 7, MPI_DOUBLE, MPI_SUM, world);
+    const double shift =
+        trainer->energy_shift.empty() ? NAN : trainer->energy_shift[0].shift_of(counts);
+    const std::string failure =
+        labels->write(fref, sums[0], sums + 1, set->gated ? last_devi : -1.0, shift);
+    if (!failure.empty()) throw StepFailure(failure);
   }
 
   trainer->round.add(terms, se_f, natoms);

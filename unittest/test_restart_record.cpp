@@ -41,6 +41,8 @@ TrainingRecord sample()
   r.good_parameters = "good parameters";
   r.good_optimizer = "";
   r.energy_shift = std::string("\x08\0\0\0\0\0\0\0shift st", 16);
+  r.labels_frames = 12;
+  r.labels_bytes = 34567;
   return r;
 }
 
@@ -63,6 +65,8 @@ void expect_same(const TrainingRecord &a, const TrainingRecord &b)
   EXPECT_EQ(a.good_parameters, b.good_parameters);
   EXPECT_EQ(a.good_optimizer, b.good_optimizer);
   EXPECT_EQ(a.energy_shift, b.energy_shift);
+  EXPECT_EQ(a.labels_frames, b.labels_frames);
+  EXPECT_EQ(a.labels_bytes, b.labels_bytes);
 }
 
 template <typename T> void put(std::string &out, T v)
@@ -117,6 +121,20 @@ std::string version3(const TrainingRecord &r)
   return out + payload + MLTorch::content_hash(payload);
 }
 
+// version 4: version 3 with the energy reference (the label file came with 5)
+std::string version4(const TrainingRecord &r)
+{
+  const std::string v3 = version3(r);
+  std::string payload = v3.substr(4 + 16, v3.size() - 4 - 16 - 16);
+  put_bytes(payload, r.energy_shift);
+  std::string out;
+  put<int32_t>(out, 4);
+  const auto n = static_cast<int64_t>(payload.size());
+  put(out, n);
+  put(out, ~n);
+  return out + payload + MLTorch::content_hash(payload);
+}
+
 std::string version1(const TrainingRecord &r)
 {
   std::string out;
@@ -147,13 +165,19 @@ TEST(RestartRecord, ReadsWhatItPacks)
   // the frame gives the record's size, as LAMMPS does not
   EXPECT_EQ(MLTorch::record_size(bytes.data(), 1u << 30), bytes.size());
   const TrainingRecord back = read(bytes, bytes.size());
-  EXPECT_EQ(back.version, 4);
+  EXPECT_EQ(back.version, 5);
   expect_same(back, r);
 }
 
 TEST(RestartRecord, ReadsEarlierVersions)
 {
   TrainingRecord r = sample();
+  // version 4: no label file
+  const std::string v4 = version4(r);
+  TrainingRecord back4 = read(v4, v4.size());
+  EXPECT_EQ(back4.version, 4);
+  r.labels_frames = r.labels_bytes = -1;
+  expect_same(back4, r);
   const std::string v2 = version2(r);
   // version 3: framed, no energy reference
   const std::string v3 = version3(r);
@@ -223,7 +247,7 @@ TEST(RestartRecord, MessagesSayWhatIsWrong)
   EXPECT_NE(message(v2, v2.size() - 3).find("damaged or truncated"), std::string::npos);
   std::string v9 = v2;
   v9[0] = 9;
-  EXPECT_NE(message(v9, v9.size()).find("version 9 is not one this fix reads (1 to 4)"),
+  EXPECT_NE(message(v9, v9.size()).find("version 9 is not one this fix reads (1 to 5)"),
             std::string::npos);
   // a version 2 length that claims more than the record holds
   std::string long_hash = v2;

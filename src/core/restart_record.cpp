@@ -146,6 +146,8 @@ std::string pack_record(const TrainingRecord &r)
   put_bytes(payload, r.good_parameters);
   put_bytes(payload, r.good_optimizer);
   put_bytes(payload, r.energy_shift);    // version 4
+  put(payload, r.labels_frames);         // version 5
+  put(payload, r.labels_bytes);
 
   std::string out;
   out.reserve(FRAME + payload.size() + CHECKSUM);
@@ -163,7 +165,7 @@ std::size_t record_size(const char *buf, std::size_t bound)
   Reader in(buf, std::min(FRAME, bound));
   const auto version = in.get<int32_t>("version");
   if (version == 1 || version == 2) return bound;
-  if (version != 3 && version != TrainingRecord::VERSION)
+  if (version < 3 || version > TrainingRecord::VERSION)
     throw RecordError("restart data version " + std::to_string(version) +
                       " is not one this fix reads (1 to " +
                       std::to_string(TrainingRecord::VERSION) + ")");
@@ -204,6 +206,13 @@ TrainingRecord unpack_record(const char *buf, std::size_t size, int nstats)
   Reader body(payload, n);
   read_body(body, r, nstats, true);
   if (r.version >= 4) r.energy_shift = body.bytes("energy shift state");
+  if (r.version >= 5) {
+    r.labels_frames = body.get<int64_t>("label file frame count");
+    r.labels_bytes = body.get<int64_t>("label file length");
+    if (r.labels_frames < -1 || r.labels_bytes < -1 || (r.labels_frames < 0) != (r.labels_bytes < 0))
+      throw RecordError("the restart record's label file length is damaged: the restart file is "
+                        "damaged");
+  }
   if (body.left() != 0)
     throw RecordError("the restart record has " + std::to_string(body.left()) +
                       " bytes that belong to no field: the restart file is damaged");

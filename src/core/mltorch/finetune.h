@@ -35,6 +35,8 @@ struct FinetuneSettings {
   double rollback_factor = 0.0;    // roll back above factor x the loss average (0 = never)
   int save_every = 0, log_every = 100, check_every = 10;
   std::string save_file;
+  // labels FILE: every labelled configuration appended as extended XYZ
+  std::string labels_file;
   std::vector<std::string> train_prefixes, freeze_prefixes;
   int replay_capacity = 0, replay_mix = 0;
   double replay_mbytes = 256.0;

@@ -5,7 +5,7 @@
    every length checked against the record's size.
 
    LAMMPS hands a fix's restart() the record without its size, so version 3
-   and 4 records (4 adds the energy reference) carry their own frame: the payload's size twice (as n and ~n, so
+   to 5 records (4 adds the energy reference, 5 the label file's length) carry their own frame: the payload's size twice (as n and ~n, so
    that a damaged size is seen before it is used) and a checksum of the
    payload. Versions 1 and 2 (written by earlier ML-TORCH versions) have no
    frame; they are read with every length checked against a bound instead.
@@ -32,8 +32,8 @@ class RecordError : public std::runtime_error {
 
 // the counters (FinetuneCounters), and what else the fix keeps
 struct TrainingRecord : FinetuneCounters {
-  static constexpr int VERSION = 4;
-  int version = VERSION;    // of the record read (1 to 4)
+  static constexpr int VERSION = 5;
+  int version = VERSION;    // of the record read (1 to 5)
   std::string model_hash;                   // the trained model file's hash
   std::vector<std::string> member_hashes;   // every member's (version 1: the model's)
   // (the uncertainty-gated labelling counters are in versions >= 2)
@@ -43,9 +43,12 @@ struct TrainingRecord : FinetuneCounters {
   // the fitted energy reference of every member (EnergyShift::pack, one
   // length-prefixed block per member; version 4, empty before)
   std::string energy_shift;
+  // the replica's label file (labels FILE) when the record was written: its
+  // whole frames and their bytes (version 5; -1: none, or before)
+  int64_t labels_frames = -1, labels_bytes = -1;
 };
 
-// the version 3 record of `r` (its version field is ignored)
+// the current version's record of `r` (its version field is ignored)
 std::string pack_record(const TrainingRecord &r);
 
 // the size of the record at `buf` that LAMMPS gave the fix: from its frame

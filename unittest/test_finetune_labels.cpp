@@ -1,0 +1,282 @@
+/* ----------------------------------------------------------------------
+   ML-TORCH tests of fix torch/finetune `labels FILE`: every labelled
+   configuration as an extended XYZ frame.
+   - Labels.*  the frames are the teacher's labels: each frame's
+               configuration recomputed by the teacher pair style (sw) in a
+               LAMMPS of its own equals the frame's energy, forces and
+               stress to 1e-12 (orthogonal and triclinic, 1 to 3 ranks);
+               a continued run (restart file) leaves the file exactly as
+               the uninterrupted run; a partial last frame (a killed job's)
+               is cut off; only gated labels are written; bad settings
+               are ERRORs
+------------------------------------------------------------------------- */
+
+#include "finetune_fixtures.h"
+
+#include "compute.h"
+#include "force.h"
+#include "modify.h"
+#include "mltorch/labels.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+namespace {
+
+double rel_diff(const std::vector<double> &a, const std::vector<double> &b)
+{
+  return max_diff(a, b) / std::max(max_abs(b), 1e-300);
+}
+
+std::string temp_file(const std::string &name)
+{
+  long pid = static_cast<long>(getpid());
+  MPI_Bcast(&pid, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+  return ::testing::TempDir() + "/mlt" + std::to_string(pid) + "_" + name;
+}
+
+std::vector<std::string> labelled_run(const std::string &shape, const std::string &file,
+                                      const std::string &extra = "", int steps = 16)
+{
+  auto c = silicon(2, 4321, shape);
+  c.insert(c.end(), {"velocity all create 900 4928 loop geom", "pair_style torch",
+                     "pair_coeff * * " + student + " Si", "neighbor 1.0 bin", "fix md all nve",
+                     "fix ft all torch/finetune 2 " + teacher() +
+                         " weights 1 1 0.1 lr 1e-3 log 0 check 0 labels " + file + " " + extra,
+                     "run " + std::to_string(steps) + " post no"});
+  return c;
+}
+
+// the teacher (sw) on a frame's configuration, in a LAMMPS of its own:
+// energy, forces in atom order, ASE's stress (eV/A^3)
+struct Recomputed {
+  double energy;
+  std::vector<double> forces;
+  double stress[9];
+};
+
+Recomputed recompute(const MLTorch::LabelFrame &f)
+{
+  Lammps l(MPI_COMM_SELF);
+  const double *h = f.cell;
+  EXPECT_EQ(h[1], 0.0);
+  EXPECT_EQ(h[2], 0.0);
+  EXPECT_EQ(h[5], 0.0);
+  char region[256];
+  std::snprintf(region, sizeof(region), "region box prism 0 %.17g 0 %.17g 0 %.17g %.17g %.17g %.17g",
+                h[0], h[4], h[8], h[3], h[6], h[7]);
+  l.cmds({"units metal", "atom_modify map array", region, "create_box 1 box", "mass 1 28.0855"});
+  for (std::size_t i = 0; i < f.natoms(); ++i) {
+    char line[256];
+    std::snprintf(line, sizeof(line), "create_atoms 1 single %.17g %.17g %.17g units box remap no",
+                  f.positions[3 * i], f.positions[3 * i + 1], f.positions[3 * i + 2]);
+    l.cmd(line);
+  }
+  l.cmds({"pair_style sw", "pair_coeff * * " + lammps_potentials + "/Si.sw Si",
+          "compute pv all pressure NULL virial", "run 0 post no"});
+  Recomputed r;
+  EXPECT_EQ(l.natoms(), f.natoms()) << "an atom of the frame is outside its cell";
+  r.energy = l.thermo("pe");
+  r.forces = l.gather("f", 3);
+  // pressure P_ab = W_ab / V * nktv2p; ASE's stress is -W / V
+  const double to = 1.0 / l.lmp->force->nktv2p;
+  auto *pv = l.lmp->modify->get_compute_by_id("pv");
+  pv->compute_vector();
+  const double *p = pv->vector;
+  const double full[9] = {p[0], p[3], p[4], p[3], p[1], p[5], p[4], p[5], p[2]};
+  for (int k = 0; k < 9; ++k) r.stress[k] = -full[k] * to;
+  return r;
+}
+
+}    // namespace
+
+/* ----------------------------------------------------------------------
+   every frame is the teacher's labels of its configuration
+------------------------------------------------------------------------- */
+
+class LabelsShapes : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LabelsShapes, FramesAreTheTeachersLabels)
+{
+  const std::string shape = GetParam();
+  const std::string file = temp_file("labels_" + shape + ".xyz");
+  if (me == 0) std::remove(file.c_str());
+  Lammps l;
+  l.cmds(labelled_run(shape, file));
+  // the last frame's forces are the fix's own labels of the last configuration
+  auto fx = l.fix();
+  const auto &tags = fx->label_tags();
+  const auto &lf = fx->label_forces();
+  std::vector<double> mine(3 * l.natoms(), 0.0), fix_forces(3 * l.natoms());
+  for (std::size_t i = 0; i < tags.size(); ++i)
+    for (int k = 0; k < 3; ++k) mine[3 * (tags[i] - 1) + k] = lf[3 * i + k];
+  MPI_Allreduce(mine.data(), fix_forces.data(), static_cast<int>(mine.size()), MPI_DOUBLE, MPI_SUM,
+                MPI_COMM_WORLD);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me != 0) return;
+  const auto frames = MLTorch::read_extxyz(file);
+  ASSERT_EQ(frames.size(), 8u);    // steps 2, 4, ..., 16
+  double worst_e = 0.0, worst_f = 0.0, worst_s = 0.0;
+  for (std::size_t k = 0; k < frames.size(); ++k) {
+    const auto &f = frames[k];
+    ASSERT_EQ(f.natoms(), 64u);
+    EXPECT_EQ(*f.find("step"), std::to_string(2 * (k + 1)));
+    EXPECT_EQ(*f.find("replica"), "0");
+    EXPECT_EQ(*f.find("config_hash"), MLTorch::configuration_hash(f));
+    EXPECT_TRUE(f.has_energy && f.has_stress);
+    for (const auto &s : f.species) EXPECT_EQ(s, "Si");
+    const Recomputed r = recompute(f);
+    worst_e = std::max(worst_e, std::fabs(f.energy - r.energy) / std::fabs(r.energy));
+    worst_f = std::max(worst_f, rel_diff(f.forces, r.forces));
+    const std::vector<double> fs(f.stress, f.stress + 9), rs(r.stress, r.stress + 9);
+    worst_s = std::max(worst_s, rel_diff(fs, rs));
+  }
+  std::printf("[ labels %s ] %zu frames on %d rank(s) vs sw recomputed from the file: energy %.2e, "
+              "forces %.2e, stress %.2e (relative)\n",
+              shape.c_str(), frames.size(), nprocs, worst_e, worst_f, worst_s);
+  EXPECT_LE(worst_e, 1e-12);
+  EXPECT_LE(worst_f, 1e-12);
+  EXPECT_LE(worst_s, 1e-12);
+  EXPECT_EQ(frames.back().forces, fix_forces);    // bitwise: %.17g reads back
+  std::remove(file.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Labels, LabelsShapes, ::testing::Values("ortho", "triclinic"));
+
+/* ----------------------------------------------------------------------
+   a run continued from a restart file leaves the file as the uninterrupted
+   run does: the frames written after the restart file (the job went on,
+   then died) are cut off and written again
+------------------------------------------------------------------------- */
+
+TEST(Labels, RestartContinuesTheFileExactly)
+{
+  const std::string a = temp_file("straight.xyz"), b = temp_file("continued.xyz");
+  const std::string restart = temp_file("labels.restart");
+  if (me == 0) {
+    std::remove(a.c_str());
+    std::remove(b.c_str());
+  }
+  {
+    Lammps l;
+    l.cmds(labelled_run("ortho", a, "", 16));
+  }
+  {
+    Lammps l;
+    auto c = labelled_run("ortho", b, "", 8);
+    c.push_back("write_restart " + restart);
+    c.push_back("run 6 post no");    // 3 frames the restart file does not know
+    l.cmds(c);
+  }
+  int64_t frames_before = 0;
+  if (me == 0) frames_before = MLTorch::scan_frames(b).frames;
+  {
+    Lammps l;
+    l.cmds({"read_restart " + restart, "pair_style torch", "pair_coeff * * " + student + " Si",
+            "neighbor 1.0 bin", "fix md all nve",
+            "fix ft all torch/finetune 2 " + teacher() +
+                " weights 1 1 0.1 lr 1e-3 log 0 check 0 labels " + b,
+            "run 8 post no"});
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me != 0) return;
+  EXPECT_EQ(frames_before, 7);
+  const auto fa = MLTorch::read_extxyz(a), fb = MLTorch::read_extxyz(b);
+  ASSERT_EQ(fa.size(), 8u);
+  ASSERT_EQ(fb.size(), 8u);
+  double worst = 0.0;
+  for (std::size_t k = 0; k < fa.size(); ++k) {
+    EXPECT_EQ(*fa[k].find("step"), *fb[k].find("step"));
+    worst = std::max({worst, rel_diff(fa[k].positions, fb[k].positions),
+                      rel_diff(fa[k].forces, fb[k].forces),
+                      std::fabs(fa[k].energy - fb[k].energy) / std::fabs(fa[k].energy)});
+  }
+  std::printf("[ labels restart ] 8 frames straight vs 4 + restart (+3 cut) + 4: largest relative "
+              "difference %.2e\n", worst);
+  EXPECT_LE(worst, 1e-12);
+  for (const auto &f : {a, b, restart}) std::remove(f.c_str());
+}
+
+/* ----------------------------------------------------------------------
+   a partial last frame (a job killed inside a write) is cut off when the
+   file is next opened; every complete frame stays
+------------------------------------------------------------------------- */
+
+TEST(Labels, PartialLastFrameIsCutOff)
+{
+  const std::string file = temp_file("partial.xyz");
+  if (me == 0) std::remove(file.c_str());
+  {
+    Lammps l;
+    l.cmds(labelled_run("ortho", file, "", 4));
+  }
+  std::string whole;
+  if (me == 0) {
+    std::ifstream in(file, std::ios::binary);
+    whole.assign((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // half of a third frame, as a killed writer leaves it
+    std::ofstream(file, std::ios::app | std::ios::binary) << whole.substr(0, whole.size() / 3);
+    EXPECT_THROW(MLTorch::read_extxyz(file), MLTorch::LabelsError);
+    const auto disk = MLTorch::scan_frames(file);
+    EXPECT_EQ(disk.frames, 2);
+    EXPECT_EQ(disk.bytes, static_cast<int64_t>(whole.size()));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  {
+    Lammps l;
+    l.cmds(labelled_run("ortho", file, "", 4));
+  }
+  if (me == 0) {
+    const auto frames = MLTorch::read_extxyz(file);
+    EXPECT_EQ(frames.size(), 4u);
+    std::remove(file.c_str());
+  }
+}
+
+/* ----------------------------------------------------------------------
+   gated labelling: only the configurations the teacher labelled, each
+   with its committee deviation (inside the window)
+------------------------------------------------------------------------- */
+
+TEST(Labels, GatedRunWritesOnlyItsLabels)
+{
+  const std::string file = temp_file("gated.xyz");
+  if (me == 0) std::remove(file.c_str());
+  Lammps l;
+  auto c = silicon(2, 4321, "ortho");
+  c.insert(c.end(), {"velocity all create 900 4928 loop geom", "pair_style torch",
+                     "pair_coeff * * " + committee_files() + " Si", "fix md all nve",
+                     "fix ft all torch/finetune 1 " + teacher() +
+                         " log 0 check 0 uncertainty 0.08 1e6 labels " + file,
+                     "run 30 post no"});
+  l.cmds(c);
+  const double calls = l.fix()->compute_vector(13), saved = l.fix()->compute_vector(14);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me != 0) return;
+  const auto frames = MLTorch::read_extxyz(file);
+  std::printf("[ labels gated ] %zu frames, %g teacher calls, %g saved\n", frames.size(), calls, saved);
+  EXPECT_EQ(static_cast<double>(frames.size()), calls);
+  EXPECT_GT(saved, 0.0);
+  for (const auto &f : frames) {
+    ASSERT_NE(f.find("deviation"), nullptr);
+    const double d = std::stod(*f.find("deviation"));
+    EXPECT_GE(d, 0.08);
+    EXPECT_LT(d, 1e6);
+  }
+  std::remove(file.c_str());
+}
+
+TEST(Labels, BadSettingsAreErrors)
+{
+  Lammps l;
+  l.cmds(silicon(2, 1, "ortho"));
+  l.cmds({"pair_style torch", "pair_coeff * * " + student + " Si"});
+  std::string err = l.error_of({"fix ft all torch/finetune 2 " + teacher() + " labels"});
+  EXPECT_NE(err.find("fix torch/finetune labels"), std::string::npos) << err;
+  // a folder that does not exist: an ERROR at the run, nothing trained
+  err = l.error_of({"fix ft all torch/finetune 2 " + teacher() + " labels /nonexistent/dir/l.xyz",
+                    "run 2 post no"});
+  EXPECT_NE(err.find("Fix torch/finetune labels: cannot open the label file /nonexistent/dir/l.xyz"),
+            std::string::npos) << err;
+}
