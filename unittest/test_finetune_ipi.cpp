@@ -10,6 +10,7 @@
 #include "ipi_fixtures.h"
 
 #include "mltorch/ipi.h"
+#include "mltorch/labels.h"
 
 #include <cerrno>
 #include <fcntl.h>
@@ -241,7 +242,7 @@ TEST(IpiGated, EqualsInProcessTeacher)
 TEST(IpiAse, LabelsAreTheCalculatorsResults)
 {
   const std::string name = socket_name("ase");
-  const std::string record = "/tmp/" + name + ".jsonl";
+  const std::string record = "/tmp/" + name + ".jsonl", xyz = "/tmp/" + name + ".xyz";
   if (me == 0) std::remove(record.c_str());
   MPI_Barrier(MPI_COMM_WORLD);
   Labels got;
@@ -251,19 +252,53 @@ TEST(IpiAse, LabelsAreTheCalculatorsResults)
     Lammps l;
     // the address through a variable: substituted inside the quoted word
     l.cmd("variable sock string " + name);
-    l.cmds(finetune_run("teacher ipi \"${sock} 0 unix\"", "triclinic", "energy_shift none"));
+    l.cmds(finetune_run("teacher ipi \"${sock} 0 unix\"", "triclinic",
+                        "energy_shift none labels " + xyz));
     got = labels_of(l, MPI_COMM_WORLD);
     EXPECT_EQ(l.fix()->updates(), 8);
   }
   std::string last, line;
   int ncalls = 0;
+  std::vector<std::string> calls;
   {
     std::ifstream in(record);
     while (std::getline(in, line))
       if (!line.empty()) {
         last = line;
+        calls.push_back(line);
         ++ncalls;
       }
+  }
+  // labels FILE: every frame is the client's own result (eV, A; ASE's stress)
+  if (me == 0) {
+    const auto frames = MLTorch::read_extxyz(xyz);
+    ASSERT_EQ(frames.size(), calls.size());
+    double worst = 0.0;
+    for (std::size_t k = 0; k < frames.size(); ++k) {
+      const auto c = LAMMPS_NS::json::parse(calls[k]);
+      const auto &fr = frames[k];
+      std::vector<double> fc;
+      for (const auto &row : c["forces"])
+        for (double v : row) fc.push_back(v);
+      const double ec = c["energy"];
+      std::vector<double> cell;
+      for (const auto &row : c["cell"])
+        for (double v : row) cell.push_back(v);
+      const double vol = cell[0] * (cell[4] * cell[8] - cell[5] * cell[7]) -
+          cell[1] * (cell[3] * cell[8] - cell[5] * cell[6]) +
+          cell[2] * (cell[3] * cell[7] - cell[4] * cell[6]);
+      std::vector<double> sc, sf(fr.stress, fr.stress + 9);
+      for (const auto &row : c["virial"])
+        for (double v : row) sc.push_back(-v / vol);
+      worst = std::max({worst, rel(fr.forces, fc), std::fabs(fr.energy - ec) / std::fabs(ec),
+                        rel(sf, sc)});
+      EXPECT_EQ(*fr.find("teacher"), "ipi /tmp/ipi_" + name);
+      EXPECT_EQ(fr.find("energy_shift"), nullptr);
+    }
+    std::printf("[ ipi ase  ] labels file: %zu frames vs the client's own results: %.2e relative "
+                "(CODATA 2014 vs 2018)\n", frames.size(), worst);
+    EXPECT_LE(worst, 1e-7);
+    std::remove(xyz.c_str());
   }
   ASSERT_FALSE(last.empty()) << "the client recorded nothing";
   const auto j = LAMMPS_NS::json::parse(last);

@@ -280,3 +280,42 @@ TEST(Labels, BadSettingsAreErrors)
   EXPECT_NE(err.find("Fix torch/finetune labels: cannot open the label file /nonexistent/dir/l.xyz"),
             std::string::npos) << err;
 }
+
+/* ----------------------------------------------------------------------
+   replicas (one partition per rank): replica k writes FILE with ".k"
+   before the extension, its own trajectory's labels
+------------------------------------------------------------------------- */
+
+TEST(Labels, EachReplicaWritesItsOwnFile)
+{
+  if (nprocs < 2) GTEST_SKIP() << "needs >= 2 MPI ranks";
+  const std::string base = temp_file("replicas.xyz");
+  const std::string stem = base.substr(0, base.size() - 4);
+  auto mine_of = [&](int k) { return stem + "." + std::to_string(k) + ".xyz"; };
+  std::remove(mine_of(me).c_str());
+  MPI_Barrier(MPI_COMM_WORLD);
+  {
+    Lammps l(MPI_COMM_WORLD, partitions());
+    std::string temps;
+    for (int w = 0; w < nprocs; ++w) temps += " " + std::to_string(300 + 400 * w);
+    l.cmd("variable T world" + temps);
+    l.cmds(silicon(2, 31, "ortho"));
+    l.cmds({"velocity all create ${T} 1001 loop geom", "pair_style torch",
+            "pair_coeff * * " + student + " Si", "fix md all nve",
+            "fix ft all torch/finetune 2 " + teacher() + " log 0 check 1 labels " + base,
+            "run 16 post no"});
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_FALSE(std::filesystem::exists(base));
+  const auto frames = MLTorch::read_extxyz(mine_of(me));
+  ASSERT_EQ(frames.size(), 8u) << mine_of(me);
+  for (const auto &f : frames) EXPECT_EQ(*f.find("replica"), std::to_string(me));
+  const Recomputed r = recompute(frames.back());
+  EXPECT_LE(std::fabs(frames.back().energy - r.energy), 1e-12 * std::fabs(r.energy));
+  EXPECT_LE(rel_diff(frames.back().forces, r.forces), 1e-12);
+  // the replicas ran different trajectories
+  double e = frames.back().energy, e0 = e;
+  MPI_Bcast(&e0, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  if (me > 0) EXPECT_NE(e, e0);
+  std::remove(mine_of(me).c_str());
+}

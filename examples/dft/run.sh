@@ -36,6 +36,9 @@ cp2k_args=(--elements Si --basis SZV-MOLOPT-SR-GTH --cutoff 120 --rel-cutoff 30 
 
 # --- fine-tuning: LAMMPS (2 replicas) and one CP2K per replica
 name=mltorch_dft_$$
+# the labels of this run (labels dft_labels.xyz: one file per replica); a
+# run appends to a file that is there, so a new run starts them afresh
+rm -f dft_labels.0.xyz dft_labels.1.xyz
 start=$(date +%s)
 # shellcheck disable=SC2086
 mpirun $mpirun_flags -np 2 "$lmp" -partition 2x1 -pscreen none -nocite -in in.dft -log log.dft \
@@ -59,6 +62,13 @@ wait || true
 [ "$status" = 0 ] || { echo "ERROR: the fine-tuning run failed (log.dft.0, log.dft.1, cp2k.*.out)" >&2; exit 1; }
 train_wall=$(( $(date +%s) - start ))
 grep -h "^replica" log.dft.0 log.dft.1
+# every CP2K label kept: extended XYZ that ASE (and MACE's, NequIP's and
+# SevenNet's trainers) read
+"$py" -c "import ase.io, sys
+for k in (0, 1):
+    f = ase.io.read(f'dft_labels.{k}.xyz', ':')
+    print(f'dft_labels.{k}.xyz: {len(f)} CP2K labels (steps {f[0].info[\"step\"]} to {f[-1].info[\"step\"]})')
+"
 
 # --- held-out configurations and the comparison
 # shellcheck disable=SC2086
