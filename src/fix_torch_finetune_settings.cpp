@@ -13,15 +13,121 @@
 ------------------------------------------------------------------------- */
 
 #include "fix_torch_finetune.h"
+#include "finetune_keywords.h"
 
 #include "error.h"
 #include "lmp_compat.h"
 
 #include "mltorch/finetune.h"
 
+#include <cctype>
 #include <cmath>
 
 using namespace LAMMPS_NS;
+
+
+/* ----------------------------------------------------------------------
+   the keywords fix torch/finetune and the torch/train command share (the
+   loss weights, the optimizer, its schedule, clipping, what trains, the
+   energy reference): the index after the keyword's values, or `iarg` when
+   arg[iarg] is none of them. `who` begins the ERRORs ("Fix torch/finetune")
+------------------------------------------------------------------------- */
+
+int LAMMPS_NS::parse_training_keyword(LAMMPS *lmp, const std::string &who, int narg, char **arg,
+                                      int iarg, MLTorch::FinetuneSettings &s,
+                                      const std::function<bool(const char *)> &is_keyword)
+{
+  Error *error = lmp->error;
+  std::string lower = who;
+  lower[0] = static_cast<char>(std::tolower(lower[0]));
+  auto number = [&](int i, const char *what) {
+    if (i >= narg) MLTorchLmp::missing_args(FLERR, lower + " " + what, error);
+    return utils::numeric(FLERR, arg[i], false, lmp);
+  };
+  auto integer = [&](int i, const char *what) {
+    if (i >= narg) MLTorchLmp::missing_args(FLERR, lower + " " + what, error);
+    return utils::inumeric(FLERR, arg[i], false, lmp);
+  };
+  const std::string kw = arg[iarg];
+  if (kw == "weights") {
+    s.w_energy = number(iarg + 1, "weights");
+    s.w_force = number(iarg + 2, "weights");
+    s.w_stress = number(iarg + 3, "weights");
+    if (s.w_energy < 0 || s.w_force < 0 || s.w_stress < 0 || s.w_energy + s.w_force + s.w_stress <= 0)
+      error->all(FLERR,
+                 "{} weights {} {} {}: energy, force and stress weights must be "
+                 ">= 0 and not all zero",
+                 who, s.w_energy, s.w_force, s.w_stress);
+    iarg += 4;
+  } else if (kw == "lr") {
+    s.opt.lr = number(iarg + 1, "lr");
+    if (!(s.opt.lr > 0.0) || !std::isfinite(s.opt.lr))
+      error->all(FLERR, "{} learning rate {} must be > 0", who, arg[iarg + 1]);
+    iarg += 2;
+  } else if (kw == "optimizer") {
+    if (iarg + 2 > narg) MLTorchLmp::missing_args(FLERR, lower + " optimizer", error);
+    s.opt.kind = arg[iarg + 1];
+    if (s.opt.kind != "adam" && s.opt.kind != "adamw" && s.opt.kind != "sgd")
+      error->all(FLERR, "{} optimizer {} is unknown: use adam, adamw or sgd", who, s.opt.kind);
+    iarg += 2;
+  } else if (kw == "weight_decay") {
+    s.opt.weight_decay = number(iarg + 1, "weight_decay");
+    if (s.opt.weight_decay < 0) error->all(FLERR, "{} weight_decay must be >= 0", who);
+    iarg += 2;
+  } else if (kw == "momentum") {
+    s.opt.momentum = number(iarg + 1, "momentum");
+    if (s.opt.momentum < 0 || s.opt.momentum >= 1)
+      error->all(FLERR, "{} momentum must be in [0,1)", who);
+    iarg += 2;
+  } else if (kw == "schedule") {
+    if (iarg + 2 > narg) MLTorchLmp::missing_args(FLERR, lower + " schedule", error);
+    auto &sch = s.schedule;
+    sch.kind = arg[iarg + 1];
+    if (sch.kind == "constant") {
+      iarg += 2;
+    } else if (sch.kind == "exp") {
+      sch.a = number(iarg + 2, "schedule exp");
+      if (!(sch.a > 0 && sch.a <= 1))
+        error->all(FLERR, "{} schedule exp gamma must be in (0,1]", who);
+      iarg += 3;
+    } else if (sch.kind == "step") {
+      sch.a = integer(iarg + 2, "schedule step");
+      sch.b = number(iarg + 3, "schedule step");
+      if (sch.a < 1 || !(sch.b > 0 && sch.b <= 1))
+        error->all(FLERR, "{} schedule step needs an interval >= 1 and a factor in (0,1]",
+                   who);
+      iarg += 4;
+    } else if (sch.kind == "cosine") {
+      sch.a = integer(iarg + 2, "schedule cosine");
+      sch.b = number(iarg + 3, "schedule cosine");
+      if (sch.a < 1 || sch.b < 0)
+        error->all(FLERR, "{} schedule cosine needs a length >= 1 update and a "
+                          "final learning rate >= 0", who);
+      iarg += 4;
+    } else {
+      error->all(FLERR, "{} schedule {} is unknown: use constant, exp, step or cosine", who,
+                 sch.kind);
+    }
+  } else if (kw == "clip") {
+    s.clip = number(iarg + 1, "clip");
+    if (!(s.clip > 0)) error->all(FLERR, "{} clip must be > 0", who);
+    iarg += 2;
+  } else if (kw == "train" || kw == "freeze") {
+    auto &list = (kw == "train") ? s.train_prefixes : s.freeze_prefixes;
+    ++iarg;
+    while (iarg < narg && !is_keyword(arg[iarg])) list.emplace_back(arg[iarg++]);
+    if (list.empty())
+      error->all(FLERR, "{} {} needs parameter name prefixes, e.g. {} nets", who, kw, kw);
+  } else if (kw == "energy_shift") {
+    if (iarg + 2 > narg) MLTorchLmp::missing_args(FLERR, lower + " energy_shift", error);
+    const std::string v = arg[iarg + 1];
+    if (v != "fit" && v != "none")
+      error->all(FLERR, "{} energy_shift must be fit or none, not '{}'", who, v);
+    s.energy_shift = v == "fit" ? 1 : 0;
+    iarg += 2;
+  }
+  return iarg;
+}
 
 void FixTorchFinetune::parse_settings(LAMMPS *lmp, int narg, char **arg,
                                       MLTorch::FinetuneSettings &s)
@@ -50,7 +156,7 @@ void FixTorchFinetune::parse_settings(LAMMPS *lmp, int narg, char **arg,
     return false;
   };
 
-  int iarg = 4;
+  int iarg = 4, next = 0;
   while (iarg < narg) {
     const std::string kw = arg[iarg];
     if (kw == "teacher") {
@@ -61,70 +167,8 @@ void FixTorchFinetune::parse_settings(LAMMPS *lmp, int narg, char **arg,
       s.teacher_style = arg[iarg + 1];
       s.teacher_coeff = arg[iarg + 2];
       iarg += 3;
-    } else if (kw == "weights") {
-      s.w_energy = number(iarg + 1, "weights");
-      s.w_force = number(iarg + 2, "weights");
-      s.w_stress = number(iarg + 3, "weights");
-      if (s.w_energy < 0 || s.w_force < 0 || s.w_stress < 0 || s.w_energy + s.w_force + s.w_stress <= 0)
-        error->all(FLERR,
-                   "Fix torch/finetune weights {} {} {}: energy, force and stress weights must be "
-                   ">= 0 and not all zero",
-                   s.w_energy, s.w_force, s.w_stress);
-      iarg += 4;
-    } else if (kw == "lr") {
-      s.opt.lr = number(iarg + 1, "lr");
-      if (!(s.opt.lr > 0.0) || !std::isfinite(s.opt.lr))
-        error->all(FLERR, "Fix torch/finetune learning rate {} must be > 0", arg[iarg + 1]);
-      iarg += 2;
-    } else if (kw == "optimizer") {
-      if (iarg + 2 > narg) MLTorchLmp::missing_args(FLERR, "fix torch/finetune optimizer", error);
-      s.opt.kind = arg[iarg + 1];
-      if (s.opt.kind != "adam" && s.opt.kind != "adamw" && s.opt.kind != "sgd")
-        error->all(FLERR, "Fix torch/finetune optimizer {} is unknown: use adam, adamw or sgd",
-                   s.opt.kind);
-      iarg += 2;
-    } else if (kw == "weight_decay") {
-      s.opt.weight_decay = number(iarg + 1, "weight_decay");
-      if (s.opt.weight_decay < 0) error->all(FLERR, "Fix torch/finetune weight_decay must be >= 0");
-      iarg += 2;
-    } else if (kw == "momentum") {
-      s.opt.momentum = number(iarg + 1, "momentum");
-      if (s.opt.momentum < 0 || s.opt.momentum >= 1)
-        error->all(FLERR, "Fix torch/finetune momentum must be in [0,1)");
-      iarg += 2;
-    } else if (kw == "schedule") {
-      if (iarg + 2 > narg) MLTorchLmp::missing_args(FLERR, "fix torch/finetune schedule", error);
-      auto &sch = s.schedule;
-      sch.kind = arg[iarg + 1];
-      if (sch.kind == "constant") {
-        iarg += 2;
-      } else if (sch.kind == "exp") {
-        sch.a = number(iarg + 2, "schedule exp");
-        if (!(sch.a > 0 && sch.a <= 1))
-          error->all(FLERR, "Fix torch/finetune schedule exp gamma must be in (0,1]");
-        iarg += 3;
-      } else if (sch.kind == "step") {
-        sch.a = integer(iarg + 2, "schedule step");
-        sch.b = number(iarg + 3, "schedule step");
-        if (sch.a < 1 || !(sch.b > 0 && sch.b <= 1))
-          error->all(FLERR, "Fix torch/finetune schedule step needs an interval >= 1 and a "
-                            "factor in (0,1]");
-        iarg += 4;
-      } else if (sch.kind == "cosine") {
-        sch.a = integer(iarg + 2, "schedule cosine");
-        sch.b = number(iarg + 3, "schedule cosine");
-        if (sch.a < 1 || sch.b < 0)
-          error->all(FLERR, "Fix torch/finetune schedule cosine needs a length >= 1 update and a "
-                            "final learning rate >= 0");
-        iarg += 4;
-      } else {
-        error->all(FLERR, "Fix torch/finetune schedule {} is unknown: use constant, exp, step or "
-                          "cosine", sch.kind);
-      }
-    } else if (kw == "clip") {
-      s.clip = number(iarg + 1, "clip");
-      if (!(s.clip > 0)) error->all(FLERR, "Fix torch/finetune clip must be > 0");
-      iarg += 2;
+    } else if ((next = parse_training_keyword(lmp, "Fix torch/finetune", narg, arg, iarg, s, is_keyword)) > iarg) {
+      iarg = next;
     } else if (kw == "accumulate") {
       s.accumulate = integer(iarg + 1, "accumulate");
       if (s.accumulate < 1) error->all(FLERR, "Fix torch/finetune accumulate must be >= 1");
@@ -155,12 +199,6 @@ void FixTorchFinetune::parse_settings(LAMMPS *lmp, int narg, char **arg,
       s.check_every = integer(iarg + 1, "check");
       if (s.check_every < 0) error->all(FLERR, "Fix torch/finetune check interval must be >= 0");
       iarg += 2;
-    } else if (kw == "train" || kw == "freeze") {
-      auto &list = (kw == "train") ? s.train_prefixes : s.freeze_prefixes;
-      ++iarg;
-      while (iarg < narg && !is_keyword(arg[iarg])) list.emplace_back(arg[iarg++]);
-      if (list.empty())
-        error->all(FLERR, "Fix torch/finetune {} needs parameter name prefixes, e.g. {} nets", kw, kw);
     } else if (kw == "replay") {
       s.replay_capacity = integer(iarg + 1, "replay");
       s.replay_mix = integer(iarg + 2, "replay");
@@ -180,13 +218,6 @@ void FixTorchFinetune::parse_settings(LAMMPS *lmp, int narg, char **arg,
       s.teacher_timeout = number(iarg + 1, "teacher_timeout");
       if (!(s.teacher_timeout > 0) || !std::isfinite(s.teacher_timeout))
         error->all(FLERR, "Fix torch/finetune teacher_timeout must be > 0 seconds");
-      iarg += 2;
-    } else if (kw == "energy_shift") {
-      if (iarg + 2 > narg) MLTorchLmp::missing_args(FLERR, "fix torch/finetune energy_shift", error);
-      const std::string v = arg[iarg + 1];
-      if (v != "fit" && v != "none")
-        error->all(FLERR, "Fix torch/finetune energy_shift must be fit or none, not '{}'", v);
-      s.energy_shift = v == "fit" ? 1 : 0;
       iarg += 2;
     } else if (kw == "replay_memory") {
       s.replay_mbytes = number(iarg + 1, "replay_memory");

@@ -14,12 +14,14 @@
 #include "finetune_fixtures.h"
 
 #include "compute.h"
+#include "domain.h"
 #include "force.h"
 #include "modify.h"
 #include "mltorch/labels.h"
 
 #include <cstdio>
 #include <filesystem>
+#include <sstream>
 #include <fstream>
 
 namespace {
@@ -318,4 +320,159 @@ TEST(Labels, EachReplicaWritesItsOwnFile)
   MPI_Bcast(&e0, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   if (me > 0) EXPECT_NE(e, e0);
   std::remove(mine_of(me).c_str());
+}
+
+/* ----------------------------------------------------------------------
+   the core's periodic graph (no LAMMPS) against pair_style torch's graph
+   of the same configuration: energy, forces and virial to 1e-12, for a
+   local and a message-passing model, a displaced triclinic cell of 64
+   atoms and a 2-atom cell smaller than the cutoff in every direction
+------------------------------------------------------------------------- */
+
+#include "mltorch/model.h"
+#include "mltorch/periodic_graph.h"
+#include "mltorch/runtime.h"
+
+namespace {
+
+struct Config {
+  double cell[9];    // rows a, b, c (LAMMPS's restricted triclinic)
+  std::vector<double> x;
+};
+
+// LAMMPS's energy, forces and virial (xx yy zz xy xz yz) of a configuration
+void lammps_labels(const Config &c, const std::string &model, double &e, std::vector<double> &f,
+                   double *w)
+{
+  Lammps l(MPI_COMM_SELF);
+  const double *h = c.cell;
+  char region[256];
+  std::snprintf(region, sizeof(region), "region box prism 0 %.17g 0 %.17g 0 %.17g %.17g %.17g %.17g",
+                h[0], h[4], h[8], h[3], h[6], h[7]);
+  l.cmds({"units metal", "atom_modify map array", region, "create_box 1 box", "mass 1 28.0855"});
+  for (std::size_t i = 0; i < c.x.size() / 3; ++i) {
+    char line[256];
+    std::snprintf(line, sizeof(line), "create_atoms 1 single %.17g %.17g %.17g units box remap yes",
+                  c.x[3 * i], c.x[3 * i + 1], c.x[3 * i + 2]);
+    l.cmd(line);
+  }
+  l.cmds({"pair_style torch", "pair_coeff * * " + model + " Si", "compute pv all pressure NULL virial",
+          "run 0 post no"});
+  e = l.thermo("pe");
+  f = l.gather("f", 3);
+  auto *pv = l.lmp->modify->get_compute_by_id("pv");
+  pv->compute_vector();
+  const double vol = h[0] * h[4] * h[8];
+  for (int k = 0; k < 6; ++k) w[k] = pv->vector[k] * vol / l.lmp->force->nktv2p;
+}
+
+}    // namespace
+
+TEST(CoreGraph, EqualsPairStyle)
+{
+  if (me != 0) GTEST_SKIP() << "one rank";
+  // a displaced triclinic cell of 64 atoms
+  Config big;
+  {
+    Lammps l(MPI_COMM_SELF);
+    l.cmds(silicon(2, 77, "triclinic"));
+    l.cmds({"displace_atoms all random 0.2 0.2 0.2 991 units box"});
+    auto *d = l.lmp->domain;
+    const double cell[9] = {d->xprd, 0, 0, d->xy, d->yprd, 0, d->xz, d->yz, d->zprd};
+    std::copy(cell, cell + 9, big.cell);
+    big.x = l.gather("x", 3);
+  }
+  // the 2-atom primitive cell of diamond Si (|a| = 3.84 A < the 4 A cutoff),
+  // as LAMMPS's restricted triclinic: a along x, b in the xy plane
+  Config small;
+  {
+    const double a0 = 5.431, l = a0 / std::sqrt(2.0);
+    const double bx = l * 0.5, by = l * std::sqrt(3.0) / 2.0;
+    const double cx = l * 0.5, cy = l / (2.0 * std::sqrt(3.0)), cz = l * std::sqrt(2.0 / 3.0);
+    const double cell[9] = {l, 0, 0, bx, by, 0, cx, cy, cz};
+    std::copy(cell, cell + 9, small.cell);
+    // fractional (0,0,0) and (1/4,1/4,1/4), the second displaced
+    small.x = {0.0, 0.0, 0.0, 0.25 * (l + bx + cx) + 0.07, 0.25 * (by + cy) - 0.05, 0.25 * cz + 0.03};
+  }
+  const bool pbc[3] = {true, true, true};
+  for (const std::string name : {"si_local.pt", "si_mp2.pt"}) {
+    const std::string file = potentials + "/" + name;
+    MLTorch::Model model(MLTorch::read_file(file), file, "cpu");
+    for (const Config *c : {&big, &small}) {
+      double e_l, w_l[6];
+      std::vector<double> f_l;
+      lammps_labels(*c, file, e_l, f_l, w_l);
+      const std::vector<int64_t> species(c->x.size() / 3, 0);
+      const auto g = MLTorch::periodic_graph(c->cell, pbc, c->x.data(), species,
+                                             model.metadata().cutoff);
+      MLTorch::GraphOutput out;
+      model.evaluate(g.input(), out, false);
+      std::vector<double> f_c;
+      double w_c[6];
+      MLTorch::graph_forces_virial(g, out.edge_grad, f_c, w_c);
+      const std::vector<double> wl(w_l, w_l + 6), wc(w_c, w_c + 6);
+      const double de = std::fabs(out.energy - e_l) / std::fabs(e_l), df = rel_diff(f_c, f_l),
+                   dw = rel_diff(wc, wl);
+      std::printf("[ core graph ] %s, %zu atoms, %lld edges: energy %.2e, forces %.2e, virial %.2e "
+                  "(relative, against pair_style torch)\n",
+                  name.c_str(), species.size(), static_cast<long long>(g.input().n_edges), de, df, dw);
+      EXPECT_LE(de, 1e-12);
+      EXPECT_LE(df, 1e-12);
+      EXPECT_LE(dw, 1e-12);
+    }
+  }
+}
+
+/* ----------------------------------------------------------------------
+   the shards are torch.utils.data.DistributedSampler's own (PyTorch run
+   beside the test): R = 1, 2, 3, with padding and with drop_last, several
+   epochs and dataset sizes
+------------------------------------------------------------------------- */
+
+#include "mltorch/sampler.h"
+
+#include "json.h"    // LAMMPS's copy of nlohmann/json
+
+TEST(CoreSampler, EqualsDistributedSampler)
+{
+  if (me != 0) GTEST_SKIP() << "one rank";
+  const char *py = std::getenv("ML_TORCH_PYTHON_EXE");
+  ASSERT_NE(py, nullptr) << "ML_TORCH_PYTHON_EXE names the Python with torch";
+  const std::string out = temp_file("sampler.json");
+  const std::string code =
+      "import json, torch\n"
+      "from torch.utils.data import DistributedSampler\n"
+      "res = {}\n"
+      "for n in (1, 2, 7, 10, 12):\n"
+      "  for R in (1, 2, 3):\n"
+      "    for drop in (False, True):\n"
+      "      for epoch in (0, 1, 5):\n"
+      "        for k in range(R):\n"
+      "          s = DistributedSampler(range(n), num_replicas=R, rank=k, shuffle=True, seed=42, drop_last=drop)\n"
+      "          s.set_epoch(epoch)\n"
+      "          res[f'{n} {R} {int(drop)} {epoch} {k}'] = list(s)\n"
+      "json.dump(res, open('" + out + "', 'w'))\n";
+  const std::string script = temp_file("sampler.py");
+  std::ofstream(script) << code;
+  ASSERT_EQ(std::system((std::string(py) + " " + script).c_str()), 0);
+  std::ifstream in(out);
+  const auto want = LAMMPS_NS::json::parse(in);
+  int compared = 0;
+  for (auto it = want.begin(); it != want.end(); ++it) {
+    std::istringstream key(it.key());
+    int64_t n, epoch;
+    int R, drop, k;
+    key >> n >> R >> drop >> epoch >> k;
+    const auto got = MLTorch::distributed_shard(n, R, k, 42, epoch, true, drop != 0);
+    const std::vector<int64_t> expected = it.value().get<std::vector<int64_t>>();
+    EXPECT_EQ(got, expected) << it.key();
+    EXPECT_EQ(static_cast<int64_t>(got.size()), MLTorch::distributed_shard_size(n, R, drop != 0))
+        << it.key();
+    ++compared;
+  }
+  std::printf("[ sampler ] %d shards equal DistributedSampler's (n 1-12, R 1-3, padding and "
+              "drop_last, epochs 0, 1, 5)\n", compared);
+  EXPECT_EQ(compared, 5 * 6 * 2 * 3);
+  std::remove(out.c_str());
+  std::remove(script.c_str());
 }

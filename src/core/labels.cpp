@@ -324,6 +324,17 @@ std::vector<LabelFrame> read_extxyz(const std::string &path)
 {
   std::ifstream in(path);
   if (!in) throw LabelsError("cannot open " + path + ": " + std::strerror(errno));
+  return parse_extxyz(in, path);
+}
+
+std::vector<LabelFrame> parse_extxyz(const std::string &text, const std::string &path)
+{
+  std::istringstream in(text);
+  return parse_extxyz(in, path);
+}
+
+std::vector<LabelFrame> parse_extxyz(std::istream &in, const std::string &path)
+{
   std::vector<LabelFrame> frames;
   std::string line;
   int64_t line_no = 0;

@@ -25,6 +25,7 @@
 #define MLTORCH_CORE_LABELS_H
 
 #include <cstdint>
+#include <istream>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -102,6 +103,9 @@ class LabelWriter {
 // as 9 or 6 (Voigt) values or virial, quoted values); LabelsError naming
 // the frame and line of anything malformed
 std::vector<LabelFrame> read_extxyz(const std::string &path);
+// the same from the text of such a file (`path` names it in messages)
+std::vector<LabelFrame> parse_extxyz(const std::string &text, const std::string &path);
+std::vector<LabelFrame> parse_extxyz(std::istream &in, const std::string &path);
 
 }    // namespace MLTorch
 
