@@ -9,6 +9,7 @@
 #include "compute_torch_deviation.h"
 #include "fix_torch_finetune.h"
 #include "pair_torch.h"
+#include "torch_train.h"
 #include "write_restart_atomic.h"
 
 using namespace LAMMPS_NS;
@@ -26,6 +27,11 @@ static Compute *compute_torch_deviation_creator(LAMMPS *lmp, int argc, char **ar
 static Command *write_restart_atomic_creator(LAMMPS *lmp)
 {
   return new WriteRestartAtomic(lmp);
+}
+
+static Command *torch_train_creator(LAMMPS *lmp)
+{
+  return new TorchTrain(lmp);
 }
 
 static Fix *fix_torch_finetune_creator(LAMMPS *lmp, int argc, char **argv)
@@ -63,5 +69,10 @@ extern "C" void lammpsplugin_init(void *lmp, void *handle, void *regfunc)
   plugin.name = "write_restart/atomic";
   plugin.info = "ML-TORCH write_restart that replaces the file atomically";
   plugin.creator.v1 = (lammpsplugin_factory1 *) &write_restart_atomic_creator;
+  (*register_plugin)(&plugin, lmp);
+
+  plugin.name = "torch/train";
+  plugin.info = "ML-TORCH offline training of a pair_style torch model on labelled configurations";
+  plugin.creator.v1 = (lammpsplugin_factory1 *) &torch_train_creator;
   (*register_plugin)(&plugin, lmp);
 }
