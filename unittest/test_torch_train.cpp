@@ -1,0 +1,264 @@
+/* ----------------------------------------------------------------------
+   ML-TORCH tests of the torch/train command: offline training of the pair
+   style's model on an extended XYZ dataset, on fix torch/finetune's engine.
+   - TorchTrain.*  the same model on 1, 2 and 4 ranks and on partitions
+                   (1e-12), bitwise equal on every rank; one epoch over one
+                   configuration is one fix update on it (local and
+                   message-passing models); a resumed run continues
+                   exactly; bad input is an ERROR naming frame and line
+------------------------------------------------------------------------- */
+
+#include "finetune_fixtures.h"
+
+#include "mltorch/labels.h"
+#include "mltorch/runtime.h"
+
+#include <cstdio>
+#include <fstream>
+
+namespace {
+
+std::string shared_file(const std::string &name)
+{
+  long pid = static_cast<long>(getpid());
+  MPI_Bcast(&pid, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+  return ::testing::TempDir() + "/mlt" + std::to_string(pid) + "_" + name;
+}
+
+// 16 labelled configurations of hot Si from sw (fix torch/finetune labels):
+// 12 to train on with valid 0.25, which 1, 2 and 4 ranks divide (with
+// others DistributedSampler pads the shards by repetition, and the
+// batches, and so the model, depend on the rank count)
+std::string dataset()
+{
+  static std::string file;
+  if (!file.empty()) return file;
+  file = shared_file("train_set.xyz");
+  if (me == 0) {
+    std::remove(file.c_str());
+    Lammps l(MPI_COMM_SELF);
+    l.cmds(silicon(2, 4321, "triclinic"));
+    l.cmds({"velocity all create 1200 4928 loop geom", "pair_style torch",
+            "pair_coeff * * " + student + " Si", "fix md all nve",
+            "fix ft all torch/finetune 1 " + teacher() + " lr 1e-9 log 0 check 0 labels " + file,
+            "run 16 post no"});
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return file;
+}
+
+std::vector<std::string> model_setup(const std::string &model = student)
+{
+  return {"units metal", "atom_modify map array", "lattice diamond 5.431",
+          "region box block 0 1 0 1 0 1", "create_box 1 box", "create_atoms 1 box",
+          "mass 1 28.0855", "pair_style torch", "pair_coeff * * " + model + " Si"};
+}
+
+const std::string train_settings = " epochs 3 batch 4 seed 11 lr 2e-3 weights 1 1 0.1 valid 0.25";
+
+double rel_diff(const std::vector<double> &a, const std::vector<double> &b)
+{
+  return max_diff(a, b) / std::max(max_abs(b), 1e-300);
+}
+
+std::vector<double> model_params(Lammps &l)
+{
+  auto *st = LAMMPS_NS::TorchStudent::of(l.lmp->force);
+  const std::string s = st->model()->state_bytes();
+  std::vector<double> v(s.size() / sizeof(double));
+  std::memcpy(v.data(), s.data(), s.size());
+  return v;
+}
+
+}    // namespace
+
+/* ----------------------------------------------------------------------
+   DDP: the same model whatever the ranks and partitions
+------------------------------------------------------------------------- */
+
+TEST(TorchTrain, SameModelOnAnyDecomposition)
+{
+  if (4 % nprocs != 0) GTEST_SKIP() << "batch 4 needs 1, 2 or 4 ranks";
+  const std::string file = dataset();
+  std::vector<double> ref;
+  if (me == 0) {
+    Lammps l(MPI_COMM_SELF);
+    l.cmds(model_setup());
+    const auto before = model_params(l);
+    l.cmd("torch/train " + file + train_settings);
+    ref = model_params(l);
+    EXPECT_GT(rel_diff(ref, before), 1e-6);    // it trained
+  }
+  int nref = static_cast<int>(ref.size());
+  MPI_Bcast(&nref, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  ref.resize(nref);
+  MPI_Bcast(ref.data(), nref, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  for (const bool parts : {false, true}) {
+    if (parts && nprocs < 2) continue;
+    Lammps l(MPI_COMM_WORLD, parts ? partitions() : std::vector<std::string>{});
+    l.cmds(model_setup());
+    l.cmd("torch/train " + file + train_settings);
+    const auto p = model_params(l);
+    const double d = rel_diff(p, ref);
+    // bitwise one model on every rank
+    const std::string mine = MLTorch::content_hash(
+        LAMMPS_NS::TorchStudent::of(l.lmp->force)->model()->state_bytes());
+    std::vector<char> all(17 * nprocs);
+    MPI_Allgather(mine.c_str(), 17, MPI_CHAR, all.data(), 17, MPI_CHAR, MPI_COMM_WORLD);
+    for (int r = 0; r < nprocs; ++r) EXPECT_EQ(std::string(all.data() + 17 * r), mine) << "rank " << r;
+    if (me == 0)
+      std::printf("[ torch/train ] %d rank(s)%s vs 1 rank: parameters %.2e (relative), hash %s\n",
+                  nprocs, parts ? " as partitions" : "", d, mine.c_str());
+    EXPECT_LE(d, 1e-12);
+  }
+}
+
+/* ----------------------------------------------------------------------
+   one epoch over one configuration is one fix update on it: the fix
+   labels a configuration (no MD: the atoms stay) and updates once;
+   torch/train on the frame it wrote gives the same parameters. The two
+   share MLTorch::configuration_gradient; the graphs differ (LAMMPS's with
+   ghosts or folded, the core's folded), not the gradient
+------------------------------------------------------------------------- */
+
+TEST(TorchTrain, OneEpochOfOneConfigurationIsOneFixUpdate)
+{
+  for (const std::string model : {student, potentials + "/si_mp2.pt"}) {
+    const std::string frame = shared_file("one.xyz");
+    if (me == 0) std::remove(frame.c_str());
+    MPI_Barrier(MPI_COMM_WORLD);
+    const std::string loss = " weights 1 1 0.1 lr 1e-3 optimizer adam";
+    std::vector<double> p_fix;
+    {
+      Lammps l;
+      l.cmds(silicon(2, 99, "triclinic"));
+      l.cmds({"displace_atoms all random 0.15 0.15 0.15 77 units box", "pair_style torch",
+              "pair_coeff * * " + model + " Si",
+              "fix ft all torch/finetune 1 " + teacher() + loss + " log 0 check 0 labels " + frame,
+              "run 1 post no"});
+      ASSERT_EQ(l.fix()->updates(), 1);
+      p_fix = l.params();
+    }
+    Lammps l(MPI_COMM_SELF);
+    l.cmds(model_setup(model));
+    l.cmd("torch/train " + frame + " epochs 1 batch 1" + loss);
+    const double d = rel_diff(model_params(l), p_fix);
+    if (me == 0)
+      std::printf("[ torch/train ] %s: one epoch on the frame vs one fix update on %d rank(s): "
+                  "parameters %.2e (relative)\n",
+                  model.substr(model.rfind('/') + 1).c_str(), nprocs, d);
+    EXPECT_LE(d, 1e-13);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
+/* ----------------------------------------------------------------------
+   a checkpoint after 2 epochs and a resumed run of 2 more give the model
+   of 4 epochs in one run
+------------------------------------------------------------------------- */
+
+TEST(TorchTrain, ResumeContinuesExactly)
+{
+  if (4 % nprocs != 0) GTEST_SKIP() << "batch 4 needs 1, 2 or 4 ranks";
+  const std::string file = dataset(), ckpt = shared_file("train.ckpt");
+  const std::string rest = " batch 4 seed 11 lr 2e-3 weights 1 1 0.1 energy_shift fit";
+  std::vector<double> straight, resumed;
+  {
+    Lammps l;
+    l.cmds(model_setup());
+    l.cmd("torch/train " + file + " epochs 4" + rest);
+    straight = model_params(l);
+  }
+  {
+    Lammps l;
+    l.cmds(model_setup());
+    l.cmd("torch/train " + file + " epochs 2 checkpoint 1 " + ckpt + rest);
+  }
+  {
+    Lammps l;
+    l.cmds(model_setup());
+    l.cmd("torch/train " + file + " epochs 4 resume " + ckpt + rest);
+    resumed = model_params(l);
+  }
+  const double d = rel_diff(resumed, straight);
+  if (me == 0) std::printf("[ torch/train ] 2 epochs + checkpoint + 2 vs 4: parameters %.2e\n", d);
+  EXPECT_LE(d, 1e-14);
+  // another batch cannot continue it: the shards would differ
+  Lammps l;
+  l.cmds(model_setup());
+  const std::string err = l.error_of({"torch/train " + file + " epochs 4 resume " + ckpt +
+                                      " batch 8 seed 11 lr 2e-3 weights 1 1 0.1 energy_shift fit"});
+  EXPECT_NE(err.find("cannot resume from " + ckpt + ": it was written with batch 4 where this run "
+                     "has 8"), std::string::npos) << err;
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (me == 0) std::remove(ckpt.c_str());
+}
+
+/* ----------------------------------------------------------------------
+   bad input: an ERROR before any update, naming the frame (and line)
+------------------------------------------------------------------------- */
+
+TEST(TorchTrain, BadInputIsAnError)
+{
+  const std::string good = dataset();
+  std::string text;
+  {
+    std::ifstream in(good);
+    text.assign((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  const std::size_t second = text.find("\n64\n") + 1;    // frame 2 starts here
+  auto variant = [&](const std::string &name, const std::string &content) {
+    const std::string f = shared_file(name);
+    if (me == 0) std::ofstream(f) << content;
+    MPI_Barrier(MPI_COMM_WORLD);
+    return f;
+  };
+  auto error_of = [&](const std::string &file, const std::string &extra = " epochs 1") {
+    Lammps l;
+    l.cmds(model_setup());
+    const auto before = model_params(l);
+    const std::string err = l.error_of({"torch/train " + file + extra});
+    if (!err.empty()) EXPECT_EQ(model_params(l), before) << "an update was made before the ERROR";
+    return err;
+  };
+  std::string t = text;
+  // an element the model does not have, in frame 2
+  t.replace(text.find("\nSi ", second), 4, "\nGe ");
+  std::string err = error_of(variant("ge.xyz", t));
+  EXPECT_NE(err.find("frame 2: atom 1 is Ge, which the model does not have (its elements: Si)"),
+            std::string::npos) << err;
+  // no forces where the force weight needs them
+  t = text;
+  for (std::size_t p; (p = t.find(":forces:R:3")) != std::string::npos;) t.erase(p, 11);
+  err = error_of(variant("noforces.xyz", t));
+  EXPECT_NE(err.find("frame 1 has no forces (no forces:R:3 column), but the force weight is > 0"),
+            std::string::npos) << err;
+  EXPECT_EQ(error_of(variant("noforces2.xyz", t), " epochs 1 weights 1 0 0"), "");
+  // a malformed number, and a non-finite one
+  t = text;
+  t.replace(t.find(' ', t.find("\nSi ", second) + 4), 1, " x");
+  err = error_of(variant("bad.xyz", t));
+  EXPECT_NE(err.find("frame 2 (line 69): 'pos' holds"), std::string::npos) << err;
+  t = text;
+  const std::size_t e = t.find("energy=", second) + 7;
+  t.replace(e, t.find(' ', e) - e, "nan");
+  err = error_of(variant("nan.xyz", t));
+  EXPECT_NE(err.find("frame 2 (line 68): 'energy' holds a non-finite value (nan)"), std::string::npos)
+      << err;
+  // a truncated last frame
+  err = error_of(variant("cut.xyz", text.substr(0, text.size() - 200)));
+  EXPECT_NE(err.find("cut.xyz: frame 16 (line 10"), std::string::npos) << err;
+  // the memory bound, the batch, no epochs, no model
+  err = error_of(good, " epochs 1 memory 0.01");
+  EXPECT_NE(err.find("need more than 0 MB per rank"), std::string::npos) << err;
+  if (nprocs > 1) {
+    err = error_of(good, " epochs 1 batch 3");
+    EXPECT_NE(err.find("must be a multiple of the"), std::string::npos) << err;
+  }
+  err = error_of(good, "");
+  EXPECT_NE(err.find("torch/train needs the number of epochs"), std::string::npos) << err;
+  Lammps l;
+  l.cmds({"units metal", "region box block 0 1 0 1 0 1", "create_box 1 box"});
+  err = l.error_of({"torch/train " + good + " epochs 1"});
+  EXPECT_NE(err.find("torch/train trains the model of pair_style torch"), std::string::npos) << err;
+}
