@@ -27,6 +27,7 @@
 #include "finetune_replicas.h"
 #include "finetune_teacher.h"
 #include "input.h"
+#include "finetune_dataset.h"
 #include "finetune_labels.h"
 #include "force.h"
 #include "lmp_compat.h"
@@ -116,6 +117,10 @@ FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
         : set->teacher_style + " " + FinetuneTeacher::substitute_variables(lmp, set->teacher_coeff);
     labels = std::make_unique<FinetuneLabels>(lmp, set->labels_file, elements, what);
   }
+  if (!set->dataset_file.empty())
+    dataset = std::make_unique<FinetuneDataset>(lmp, set->dataset_file, set->dataset_per_update,
+                                                set->dataset_weight, set->dataset_seed,
+                                                set->dataset_mbytes, *model_, *set);
 
   vector_flag = 1;
   size_vector = 17;
@@ -358,6 +363,16 @@ void FixTorchFinetune::post_force(int /*vflag*/)
       md_forces(in, COMM_FMD, student->md_output());
       before = fmd;
     }
+    // the dataset's configurations join the update's gradient
+    if (dataset) {
+      int nd = 0;
+      const std::string why = dataset->add_gradients(
+          members, trainer->energy_shift.empty() ? nullptr : &trainer->energy_shift,
+          fmt::format("Fix torch/finetune on step {}: ", update->ntimestep), nd);
+      teacher->wait_for_replicas();
+      replicas->agree(why);
+      trainer->round.ngrad += nd;
+    }
     const bigint before_events = trainer->count.nupdates + trainer->count.nrollbacks;
     take_step();
     // a deferred force call left the model's share out of f: all of it now
@@ -419,6 +434,7 @@ void FixTorchFinetune::write_restart(FILE *fp)
     auto record = trainer->record(model_hash, member_hashes);
     // where this replica's label file stands: a continued run cuts it back there
     if (labels) labels->position(record.labels_frames, record.labels_bytes);
+    if (dataset) dataset->position(record.dataset_epoch, record.dataset_next);
     out = MLTorch::pack_record(record);
   }
   bigint size = static_cast<bigint>(out.size());
@@ -459,6 +475,7 @@ void FixTorchFinetune::restart(char *buf)
   const std::string mismatch = MLTorch::record_mismatch(r, model_path, model_hash, member_hashes);
   if (!mismatch.empty()) error->all(FLERR, "Fix torch/finetune: {}", mismatch);
   if (labels && r.labels_frames >= 0) labels->resume(r.labels_frames, r.labels_bytes);
+  if (dataset && r.dataset_epoch >= 0) dataset->resume(r.dataset_epoch, r.dataset_next);
   try {
     trainer->restore(r);
   } catch (std::exception &e) {

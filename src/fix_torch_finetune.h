@@ -85,6 +85,7 @@ class FixTorchFinetune : public Fix {
   std::unique_ptr<class FinetuneTeacher> teacher;
   std::unique_ptr<class FinetuneReplicas> replicas;
   std::unique_ptr<class FinetuneLabels> labels;    // labels FILE (none: null)
+  std::unique_ptr<class FinetuneDataset> dataset;  // dataset FILE M (none: null)
   bool synced;
   int pending;    // configurations accumulated since the last update
   // the pair style may leave the model out of the force call of a step that

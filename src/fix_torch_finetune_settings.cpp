@@ -149,7 +149,8 @@ void FixTorchFinetune::parse_settings(LAMMPS *lmp, int narg, char **arg,
   static const std::vector<std::string> keywords{
       "teacher", "weights", "lr", "optimizer", "weight_decay", "momentum", "schedule", "clip",
       "accumulate", "max_force_error", "rollback", "save", "log", "check", "train", "freeze",
-      "replay", "replay_memory", "uncertainty", "teacher_timeout", "energy_shift", "labels"};
+      "replay", "replay_memory", "uncertainty", "teacher_timeout", "energy_shift", "labels", "dataset", "dataset_weight", "dataset_seed",
+      "dataset_memory"};
   auto is_keyword = [&](const char *w) {
     for (const auto &k : keywords)
       if (k == w) return true;
@@ -187,6 +188,28 @@ void FixTorchFinetune::parse_settings(LAMMPS *lmp, int narg, char **arg,
       s.save_file = arg[iarg + 2];
       if (s.save_every < 0) error->all(FLERR, "Fix torch/finetune save interval must be >= 0");
       iarg += 3;
+    } else if (kw == "dataset") {
+      if (iarg + 3 > narg) MLTorchLmp::missing_args(FLERR, "fix torch/finetune dataset", error);
+      s.dataset_file = arg[iarg + 1];
+      s.dataset_per_update = integer(iarg + 2, "dataset");
+      if (s.dataset_per_update < 1)
+        error->all(FLERR, "Fix torch/finetune dataset {} {}: the configurations per update and "
+                          "replica must be >= 1", arg[iarg + 1], arg[iarg + 2]);
+      iarg += 3;
+    } else if (kw == "dataset_weight") {
+      s.dataset_weight = number(iarg + 1, "dataset_weight");
+      if (!(s.dataset_weight > 0) || !std::isfinite(s.dataset_weight))
+        error->all(FLERR, "Fix torch/finetune dataset_weight must be > 0");
+      iarg += 2;
+    } else if (kw == "dataset_seed") {
+      const bigint seed = utils::bnumeric(FLERR, arg[std::min(iarg + 1, narg - 1)], false, lmp);
+      if (iarg + 2 > narg || seed < 0) error->all(FLERR, "Fix torch/finetune dataset_seed must be >= 0");
+      s.dataset_seed = static_cast<uint64_t>(seed);
+      iarg += 2;
+    } else if (kw == "dataset_memory") {
+      s.dataset_mbytes = number(iarg + 1, "dataset_memory");
+      if (!(s.dataset_mbytes > 0)) error->all(FLERR, "Fix torch/finetune dataset_memory must be > 0 MB");
+      iarg += 2;
     } else if (kw == "labels") {
       if (iarg + 2 > narg) MLTorchLmp::missing_args(FLERR, "fix torch/finetune labels", error);
       s.labels_file = arg[iarg + 1];

@@ -67,22 +67,6 @@ struct Options {
   std::string save_file, checkpoint_file, resume_file;
 };
 
-// the loss gradient of one configuration that this rank holds whole: the
-// fix's distributed gradient with one rank and every node owned
-std::string configuration_gradient(MLTorch::Model &model, const MLTorch::LabelledConfiguration &c,
-                                   double e_label, const MLTorch::FinetuneSettings &set,
-                                   const std::string &prefix, MLTorch::ConfigurationGradient &g)
-{
-  MLTorch::WholeConfiguration owners(c.graph.natoms);
-  MLTorch::LabelShares labels;
-  labels.fref = c.fref.data();
-  labels.w_ref = c.w_ref;
-  labels.natoms = c.natoms();
-  labels.e_ref = [e_label](double) { return e_label; };
-  return MLTorch::configuration_gradient(model, c.graph.input(), owners, labels, set, MPI_COMM_SELF,
-                                         prefix, g);
-}
-
 // the model's errors on one configuration (no gradient), as a round adds them
 void add_errors(const MLTorch::Model &model, const MLTorch::LabelledConfiguration &c, double e_label,
                 const MLTorch::FinetuneSettings &set, MLTorch::RoundStats &stats)
@@ -424,7 +408,7 @@ void TorchTrain::command(int narg, char **arg)
       for (bigint b = u * per_rank; b < end && fail.empty(); ++b) {
         const int64_t i = train_set[shard[b]];
         MLTorch::ConfigurationGradient g;
-        fail = configuration_gradient(*model, configs[i], e_label[i], set, prefix, g);
+        fail = MLTorch::whole_configuration_gradient(*model, configs[i], e_label[i], set, prefix, g);
         if (!fail.empty()) {
           fail += " (" + configs[i].where + ")";
           break;

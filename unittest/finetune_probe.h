@@ -7,6 +7,7 @@
 #ifndef MLTORCH_TEST_FINETUNE_PROBE_H
 #define MLTORCH_TEST_FINETUNE_PROBE_H
 
+#include "finetune_dataset.h"
 #include "finetune_replicas.h"
 #include "fix_torch_finetune.h"
 #include "modify.h"
@@ -47,6 +48,11 @@ class FixTorchFinetuneProbe {
   double label_energy() const { return f->lab_energy; }
   const double *label_virial() const { return f->lab_virial; }
   int replay_size() const { return f->trainer->replay.size(); }
+  // the dataset configurations this replica took, in order
+  std::vector<int64_t> dataset_taken() const
+  {
+    return f->dataset ? f->dataset->taken() : std::vector<int64_t>{};
+  }
   // the last good state a rollback returns to (empty without one)
   std::string good_parameters() const { return f->trainer->state().good_parameters(); }
   double replay_bytes() const { return f->trainer->replay.bytes(); }

@@ -192,8 +192,9 @@ TEST_F(FinetuneErrors, DamagedAndOldRestartRecords)
   p += 8 * 8 + 8;
   payload.erase(p, 4);
   // version 4's energy reference (an empty block here: no energy_shift fit)
-  // and version 5's label file length (two int64) are no part of version 2
-  payload.erase(payload.size() - 8 - 16);
+  // and version 5's label file length and dataset position (four int64) are
+  // no part of version 2
+  payload.erase(payload.size() - 8 - 32);
   std::string v2(4, '\0');
   const int32_t two = 2, size2 = static_cast<int32_t>(4 + payload.size());
   std::memcpy(v2.data(), &two, 4);

@@ -43,6 +43,8 @@ TrainingRecord sample()
   r.energy_shift = std::string("\x08\0\0\0\0\0\0\0shift st", 16);
   r.labels_frames = 12;
   r.labels_bytes = 34567;
+  r.dataset_epoch = 3;
+  r.dataset_next = 5;
   return r;
 }
 
@@ -67,6 +69,8 @@ void expect_same(const TrainingRecord &a, const TrainingRecord &b)
   EXPECT_EQ(a.energy_shift, b.energy_shift);
   EXPECT_EQ(a.labels_frames, b.labels_frames);
   EXPECT_EQ(a.labels_bytes, b.labels_bytes);
+  EXPECT_EQ(a.dataset_epoch, b.dataset_epoch);
+  EXPECT_EQ(a.dataset_next, b.dataset_next);
 }
 
 template <typename T> void put(std::string &out, T v)
@@ -176,7 +180,7 @@ TEST(RestartRecord, ReadsEarlierVersions)
   const std::string v4 = version4(r);
   TrainingRecord back4 = read(v4, v4.size());
   EXPECT_EQ(back4.version, 4);
-  r.labels_frames = r.labels_bytes = -1;
+  r.labels_frames = r.labels_bytes = r.dataset_epoch = r.dataset_next = -1;
   expect_same(back4, r);
   const std::string v2 = version2(r);
   // version 3: framed, no energy reference

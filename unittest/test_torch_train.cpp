@@ -262,3 +262,90 @@ TEST(TorchTrain, BadInputIsAnError)
   err = l.error_of({"torch/train " + good + " epochs 1"});
   EXPECT_NE(err.find("torch/train trains the model of pair_style torch"), std::string::npos) << err;
 }
+
+/* ----------------------------------------------------------------------
+   fix torch/finetune dataset FILE M: each replica takes its
+   DistributedSampler shard, M per update, epoch after epoch
+------------------------------------------------------------------------- */
+
+#include "mltorch/sampler.h"
+
+static std::vector<std::string> dataset_run(const std::string &file, const std::string &extra = "")
+{
+  auto c = silicon(2, 31, "ortho");
+  c.insert(c.end(), {"velocity all create 900 1001 loop geom", "pair_style torch",
+                     "pair_coeff * * " + student + " Si", "fix md all nve",
+                     "fix ft all torch/finetune 2 " + teacher() + " lr 1e-3 log 0 check 1 dataset " +
+                         file + " 3 dataset_seed 5 dataset_weight 0.5" + extra,
+                     "run 8 post no"});
+  return c;
+}
+
+TEST(TorchTrain, FixDatasetShardsAreTheSamplers)
+{
+  const std::string file = dataset();
+  Lammps l(MPI_COMM_WORLD, nprocs > 1 ? partitions() : std::vector<std::string>{});
+  l.cmds(dataset_run(file));
+  const int R = nprocs > 1 ? nprocs : 1, k = nprocs > 1 ? me : 0;
+  EXPECT_EQ(l.fix()->updates(), 4);
+  std::vector<int64_t> want;
+  for (int64_t e = 0; want.size() < 12; ++e) {
+    const auto shard = MLTorch::distributed_shard(16, R, k, 5, e);
+    want.insert(want.end(), shard.begin(), shard.end());
+  }
+  want.resize(12);
+  EXPECT_EQ(l.fix()->dataset_taken(), want) << "replica " << k << " of " << R;
+  if (me == 0)
+    std::printf("[ dataset ] %d replica(s): 4 updates x 3 configurations each, the shards of "
+                "DistributedSampler(16, %d, seed 5) epoch after epoch\n", R, R);
+}
+
+// the replicas' shards depend on the replicas, not on their ranks: 2
+// replicas of 1 rank and of 2 ranks train the same model
+TEST(TorchTrain, FixDatasetSameOnAnyRanksPerReplica)
+{
+  if (nprocs != 4) GTEST_SKIP() << "needs 4 ranks";
+  const std::string file = dataset();
+  MPI_Comm two;
+  MPI_Comm_split(MPI_COMM_WORLD, me < 2 ? 0 : 1, me, &two);
+  std::vector<double> ref;
+  if (me < 2) {
+    Lammps l(two, {"-partition", "2x1", "-plog", "none", "-pscreen", "none", "-in", "none"});
+    l.cmds(dataset_run(file));
+    ref = l.params();
+  }
+  MPI_Comm_free(&two);
+  int nref = static_cast<int>(ref.size());
+  MPI_Bcast(&nref, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  ref.resize(nref);
+  MPI_Bcast(ref.data(), nref, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  Lammps l(MPI_COMM_WORLD, {"-partition", "2x2", "-plog", "none", "-pscreen", "none", "-in", "none"});
+  l.cmds(dataset_run(file));
+  const double d = rel_diff(l.params(), ref);
+  if (me == 0)
+    std::printf("[ dataset ] 2 replicas x 2 ranks vs 2 x 1: parameters %.2e (relative)\n", d);
+  EXPECT_LE(d, 1e-10);
+}
+
+TEST(TorchTrain, FixDatasetBadInputIsAnError)
+{
+  const std::string good = dataset();
+  std::string text;
+  {
+    std::ifstream in(good);
+    text.assign((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  const std::string bad = shared_file("fix_ge.xyz");
+  if (me == 0) {
+    std::string t = text;
+    t.replace(t.find("\nSi "), 4, "\nGe ");
+    std::ofstream(bad) << t;
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  Lammps l;
+  l.cmds(silicon(2, 1, "ortho"));
+  l.cmds({"pair_style torch", "pair_coeff * * " + student + " Si"});
+  const std::string err = l.error_of({"fix ft all torch/finetune 2 " + teacher() + " dataset " + bad + " 2"});
+  EXPECT_NE(err.find("Fix torch/finetune dataset: " + bad + " frame 1: atom 1 is Ge, which the model "
+                     "does not have"), std::string::npos) << err;
+}

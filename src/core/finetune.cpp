@@ -35,7 +35,8 @@ std::string FinetuneSettings::fingerprint() const
     << num(opt.momentum) << " schedule " << schedule.kind << ' ' << num(schedule.a) << ' '
     << num(schedule.b) << " clip " << num(clip) << " max_force_error " << num(max_force_error)
     << " rollback " << num(rollback_factor) << " weights " << num(w_energy) << ' ' << num(w_force)
-    << ' ' << num(w_stress);
+    << ' ' << num(w_stress) << " | dataset " << dataset_per_update << ' ' << num(dataset_weight)
+    << ' ' << dataset_seed << ' ' << (dataset_file.empty() ? 0 : 1);
   return s.str();
 }
 

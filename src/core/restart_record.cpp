@@ -10,7 +10,8 @@
                 ncalls nknown nabove nempty nupdates nskipped nrollbacks
                 nconfigs, double loss_ema, int32 S, S x double stats, bytes
                 parameters, optimizer, good parameters, good optimizer, and
-                (version 4) bytes energy reference (EnergyShift states)
+                (version 4) bytes energy reference (EnergyShift states), (version 5)
+                int64 label file frames, bytes, dataset epoch, position
      version 2: int32 2, then the payload without S (S fixed by the fix)
      version 1: int32 1, bytes model hash, the counters from nupdates on,
                 loss_ema, stats, the four byte strings
@@ -148,6 +149,8 @@ std::string pack_record(const TrainingRecord &r)
   put_bytes(payload, r.energy_shift);    // version 4
   put(payload, r.labels_frames);         // version 5
   put(payload, r.labels_bytes);
+  put(payload, r.dataset_epoch);
+  put(payload, r.dataset_next);
 
   std::string out;
   out.reserve(FRAME + payload.size() + CHECKSUM);
@@ -212,6 +215,8 @@ TrainingRecord unpack_record(const char *buf, std::size_t size, int nstats)
     if (r.labels_frames < -1 || r.labels_bytes < -1 || (r.labels_frames < 0) != (r.labels_bytes < 0))
       throw RecordError("the restart record's label file length is damaged: the restart file is "
                         "damaged");
+    r.dataset_epoch = body.get<int64_t>("dataset epoch");
+    r.dataset_next = body.get<int64_t>("dataset position");
   }
   if (body.left() != 0)
     throw RecordError("the restart record has " + std::to_string(body.left()) +

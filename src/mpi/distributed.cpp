@@ -5,6 +5,8 @@
 
 #include "mltorch/distributed.h"
 
+#include "mltorch/dataset.h"
+
 #include "mltorch/collectives.h"
 #include "mltorch/committee.h"
 #include "mltorch/model.h"
@@ -80,6 +82,20 @@ ConfigurationLoss configuration_loss(double e, double e_ref, const double *w, co
     c.terms = loss_terms(set.w_energy, set.w_force, set.w_stress, c.e, c.e_ref, c.w, c.w_ref,
                          c.se_f, c.natoms);
   return c;
+}
+
+std::string whole_configuration_gradient(Model &model, const LabelledConfiguration &c,
+                                         double e_label, const FinetuneSettings &set,
+                                         const std::string &prefix, ConfigurationGradient &out)
+{
+  WholeConfiguration owners(c.graph.natoms);
+  LabelShares labels;
+  labels.fref = c.fref.data();
+  labels.w_ref = c.w_ref;
+  labels.natoms = c.natoms();
+  labels.e_ref = [e_label](double) { return e_label; };
+  return configuration_gradient(model, c.graph.input(), owners, labels, set, MPI_COMM_SELF, prefix,
+                                out);
 }
 
 std::string configuration_gradient(Model &model, const GraphInput &in, HaloExchange &owners,

@@ -37,6 +37,11 @@ struct FinetuneSettings {
   std::string save_file;
   // labels FILE: every labelled configuration appended as extended XYZ
   std::string labels_file;
+  // dataset FILE M: M configurations of FILE per update and replica
+  std::string dataset_file;
+  int dataset_per_update = 0;
+  double dataset_weight = 1.0, dataset_mbytes = 4096.0;
+  uint64_t dataset_seed = 0;
   std::vector<std::string> train_prefixes, freeze_prefixes;
   int replay_capacity = 0, replay_mix = 0;
   double replay_mbytes = 256.0;

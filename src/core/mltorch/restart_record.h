@@ -46,6 +46,9 @@ struct TrainingRecord : FinetuneCounters {
   // the replica's label file (labels FILE) when the record was written: its
   // whole frames and their bytes (version 5; -1: none, or before)
   int64_t labels_frames = -1, labels_bytes = -1;
+  // the dataset sampler's epoch and next index in its shard (version 5;
+  // -1: no dataset, or before)
+  int64_t dataset_epoch = -1, dataset_next = -1;
 };
 
 // the current version's record of `r` (its version field is ignored)

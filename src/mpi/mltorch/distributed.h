@@ -116,6 +116,15 @@ std::string configuration_gradient(Model &model, const GraphInput &in, HaloExcha
                                    MPI_Comm world, const std::string &prefix,
                                    ConfigurationGradient &out);
 
+// the loss gradient of a labelled configuration that this rank holds whole
+// (MLTorch::LabelledConfiguration: its folded periodic graph, every node
+// owned), with `e_label` its energy label: configuration_gradient on one
+// rank. fix torch/finetune's dataset and the torch/train command use it.
+struct LabelledConfiguration;
+std::string whole_configuration_gradient(Model &model, const LabelledConfiguration &c,
+                                         double e_label, const FinetuneSettings &set,
+                                         const std::string &prefix, ConfigurationGradient &out);
+
 // The training state of fix torch/finetune and its update: the members and
 // their optimizers, the counters, the round's statistics, the replay buffer
 // and the update policy, with the update that every rank of every replica
