@@ -349,3 +349,41 @@ TEST(TorchTrain, FixDatasetBadInputIsAnError)
   EXPECT_NE(err.find("Fix torch/finetune dataset: " + bad + " frame 1: atom 1 is Ge, which the model "
                      "does not have"), std::string::npos) << err;
 }
+
+// a restart file keeps the sampler's place: 2 updates + restart + 2 take
+// the configurations (and give the parameters) of 4 updates in one run
+TEST(TorchTrain, FixDatasetRestartContinuesTheSampler)
+{
+  if (nprocs > 1) GTEST_SKIP() << "one rank";
+  const std::string file = dataset(), restart = shared_file("dataset.restart");
+  std::vector<int64_t> straight_taken;
+  std::vector<double> straight;
+  {
+    Lammps l;
+    l.cmds(dataset_run(file));
+    straight_taken = l.fix()->dataset_taken();
+    straight = l.params();
+  }
+  {
+    Lammps l;
+    auto c = dataset_run(file);
+    c.back() = "run 4 post no";
+    c.push_back("write_restart " + restart);
+    l.cmds(c);
+  }
+  Lammps l;
+  l.cmds({"read_restart " + restart, "pair_style torch", "pair_coeff * * " + student + " Si",
+          "fix md all nve",
+          "fix ft all torch/finetune 2 " + teacher() + " lr 1e-3 log 0 check 1 dataset " + file +
+              " 3 dataset_seed 5 dataset_weight 0.5",
+          "run 4 post no"});
+  std::vector<int64_t> taken(straight_taken.begin(), straight_taken.begin() + 6);
+  const auto after = l.fix()->dataset_taken();
+  taken.insert(taken.end(), after.begin(), after.end());
+  EXPECT_EQ(taken, straight_taken);
+  const double d = rel_diff(l.params(), straight);
+  std::printf("[ dataset ] 2 updates + restart + 2 vs 4: the same 12 configurations, parameters "
+              "%.2e\n", d);
+  EXPECT_LE(d, 1e-12);
+  std::remove(restart.c_str());
+}
