@@ -29,6 +29,7 @@
 #include "lmp_compat.h"
 #include "mltorch_mpi.h"
 #include "mltorch_units.h"
+#include "platform.h"
 #include "torch_student.h"
 #include "universe.h"
 #include "update.h"
@@ -398,6 +399,8 @@ void TorchTrain::command(int narg, char **arg)
     }, "checkpoint");
   };
 
+  const double t_start = platform::walltime();
+  bigint nseen = 0;
   for (bigint epoch = epoch0; epoch < o.epochs; ++epoch) {
     const auto shard = MLTorch::distributed_shard(ntrain, nranks, rank, o.seed, epoch, true, o.drop_last);
     MLTorch::RoundStats seen;
@@ -416,6 +419,7 @@ void TorchTrain::command(int narg, char **arg)
         trainer->round.add(g.loss.terms, g.loss.se_f, g.loss.natoms);
         seen.add(g.loss.terms, g.loss.se_f, g.loss.natoms);
         ++trainer->count.nconfigs;
+        ++nseen;
       }
       MLTorchLmp::stop_collectively(error, uw, fail.empty(), fail);
       const auto out = trainer->update(true, false, prefix);
@@ -453,4 +457,11 @@ void TorchTrain::command(int narg, char **arg)
   if (o.checkpoint_every == 0 && !o.checkpoint_file.empty()) checkpoint(o.epochs, 0);
   // the pair style runs the trained parameters from now on
   student->committee_changed();
+  const double wall = platform::walltime() - t_start;
+  bigint all_seen = 0;
+  MPI_Allreduce(&nseen, &all_seen, 1, MPI_LMP_BIGINT, MPI_SUM, uw);
+  say("torch/train: {} epochs, {} updates, {} configurations in {:.3f} s: {:.4g} configurations "
+      "per second over {} ranks\n",
+      o.epochs - epoch0, trainer->count.nupdates, all_seen, wall, wall > 0 ? all_seen / wall : 0.0,
+      nranks);
 }

@@ -160,13 +160,17 @@ def main():
         json.dump(cache, open(cache_file, "w"))
 
     have_tuned = os.path.exists("7net-0_Si_dft.pt")
+    have_offline = os.path.exists("7net-0_Si_offline.pt")
     result = {}
     for rep in (0, 1):
         ref = [np.array(cache[k]) for k in per_rep[rep]]
         before = [f for _, _, f in frames_forces_of(a.lmp, "7net-0_Si.pt", rep)]
         after = [f for _, _, f in frames_forces_of(a.lmp, "7net-0_Si_dft.pt", rep)] if have_tuned else None
+        offline = ([f for _, _, f in frames_forces_of(a.lmp, "7net-0_Si_offline.pt", rep)]
+                   if have_offline else None)
         result[rep] = (len(ref), rmse(before, ref), rmse(after, ref) if after else float("nan"),
-                       float(np.sqrt(np.mean(np.concatenate(ref) ** 2))))
+                       float(np.sqrt(np.mean(np.concatenate(ref) ** 2))),
+                       rmse(offline, ref) if offline else float("nan"))
 
     # the fine-tuning logs
     logs = {rep: log_numbers(f"log.dft.{rep}") for rep in (0, 1)}
@@ -176,14 +180,14 @@ def main():
         if m and loop is None:
             loop = float(m.group(1)) / int(m.group(2))
 
-    print("\n| replica | held-out frames | |F| RMS (CP2K) | force RMSE before | after | labels (DFT calls) | s per DFT call |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("\n| replica | held-out frames | |F| RMS (CP2K) | force RMSE before | after (online) | offline, same labels | labels (DFT calls) | s per DFT call |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for rep in (0, 1):
-        n, b, af, fr = result[rep]
+        n, b, af, fr, off = result[rep]
         s = logs[rep][1]
         calls = s[0] if s else 0
         per = s[1] / s[0] if s and s[0] else float("nan")
-        print(f"| {TEMPS[rep]} K | {n} | {fr:.3f} eV/A | {b:.4f} eV/A | {af:.4f} eV/A | {calls} | {per:.2f} |")
+        print(f"| {TEMPS[rep]} K | {n} | {fr:.3f} eV/A | {b:.4f} eV/A | {af:.4f} eV/A | {off:.4f} eV/A | {calls} | {per:.2f} |")
     if logs[0][0]:
         first, last = logs[0][0][0], logs[0][0][-1]
         print(f"\nforce RMSE on the labels before each update: {first[1]:.3f} eV/A at update {first[0]}, "

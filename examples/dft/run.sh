@@ -4,9 +4,12 @@
 #   1. imports SevenNet-0 for Si if needed (about a minute)
 #   2. runs in.dft on 2 replicas, each labelled by its own CP2K in driver
 #      mode (the i-PI protocol), started when the replica's socket exists
-#   3. makes held-out configurations with the original model (in.heldout),
+#   3. trains the original model offline on the run's CP2K labels (in.retrain:
+#      torch/train, DDP over 2 ranks)
+#   4. makes held-out configurations with the original model (in.heldout),
 #      labels them with CP2K's own ENERGY_FORCE runs, and compares the force
-#      error of the original and the fine-tuned model on them (analyse.py)
+#      error of the original, the fine-tuned and the offline-trained model on
+#      them (analyse.py)
 #   ./run.sh [--steps N] [--heldout-steps N] [--quick]
 # --quick: 10 MD steps (2 labels per replica), 2 held-out frames: what ctest runs
 set -euo pipefail
@@ -17,11 +20,12 @@ py=$root/.venv/bin/python
 steps=300
 heldout=400
 every=40
+epochs=20
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) steps=$2; shift 2 ;;
     --heldout-steps) heldout=$2; shift 2 ;;
-    --quick) steps=10; heldout=40; every=20; shift ;;
+    --quick) steps=10; heldout=40; every=20; epochs=2; shift ;;
     *) echo "usage: run.sh [--steps N] [--heldout-steps N] [--quick]" >&2; exit 2 ;;
   esac
 done
@@ -69,6 +73,14 @@ for k in (0, 1):
     f = ase.io.read(f'dft_labels.{k}.xyz', ':')
     print(f'dft_labels.{k}.xyz: {len(f)} CP2K labels (steps {f[0].info[\"step\"]} to {f[-1].info[\"step\"]})')
 "
+
+# --- the same labels trained offline, from the same start
+cat dft_labels.0.xyz dft_labels.1.xyz > dft_labels.xyz
+start=$(date +%s)
+# shellcheck disable=SC2086
+mpirun $mpirun_flags -np 2 "$lmp" -nocite -in in.retrain -log log.retrain -var epochs "$epochs" > /dev/null
+echo "offline: $(grep -c 'Lattice=' dft_labels.xyz) labels, $epochs epochs in $(( $(date +%s) - start )) s (log.retrain)"
+grep "^torch/train: epoch" log.retrain | tail -n 1
 
 # --- held-out configurations and the comparison
 # shellcheck disable=SC2086
