@@ -90,22 +90,25 @@ def dataset(tmp, frames):
     return path
 
 
-def part_scaling(rounds, frames, epochs):
+def part_scaling(rounds, frames, epochs, batch):
     tmp = tempfile.mkdtemp()
     data = dataset(tmp, frames)
     text = (box(1) + f"pair_style torch\npair_coeff * * {student} Si\n"
-            f"torch/train {data} epochs {epochs} batch 4 lr 1e-3\n")
+            f"torch/train {data} epochs {epochs} batch {batch} lr 1e-3\n")
     kinds = {"1 rank": mpirun + ["-np", "1", lmp], "2 ranks": mpirun + ["-np", "2", lmp],
-             "2 partitions": mpirun + ["-np", "2", lmp, "-partition", "2x1", "-pscreen", "none"]}
+             "2 partitions": mpirun + ["-np", "2", lmp, "-partition", "2x1", "-pscreen", "screen.p"]}
     walls = {k: [] for k in kinds}
     for _ in range(rounds):
         for k, cmd in kinds.items():
             out, _ = run(cmd, tmp, text)
+            if "-partition" in cmd:    # a partition's screen: its file
+                with open(os.path.join(tmp, "screen.p.0")) as f:
+                    out = f.read()
             # the command's own training time (no start-up, no dataset reading)
             m = re.search(r"configurations in ([0-9.]+) s", out)
             walls[k].append(float(m.group(1)))
     print(f"\n## torch/train scaling ({frames} configurations of 64 Si atoms, {epochs} epochs, "
-          f"batch 4, si_student; {rounds} runs each, in turn)\n")
+          f"batch {batch}, si_student; {rounds} runs each, in turn)\n")
     print("| workers | training s (median, min-max) | configurations/s | speed-up over 1 rank |")
     print("| --- | --- | --- | --- |")
     base = statistics.median(walls["1 rank"])
@@ -124,7 +127,8 @@ def main():
     if a.part in ("write", "all"):
         part_write(1 if a.smoke else a.rounds, 4 if a.smoke else 50, 2 if a.smoke else 4)
     if a.part in ("scaling", "all"):
-        part_scaling(1 if a.smoke else a.rounds, 8 if a.smoke else 64, 1 if a.smoke else 10)
+        for batch in ([4] if a.smoke else [4, 16]):
+            part_scaling(1 if a.smoke else a.rounds, 8 if a.smoke else 64, 1 if a.smoke else 10, batch)
 
 
 if __name__ == "__main__":

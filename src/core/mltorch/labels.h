@@ -60,7 +60,8 @@ struct LabelFrame {
 // a hash of a configuration (cell, species, positions) as 16 hex digits
 std::string configuration_hash(const LabelFrame &f);
 
-// the frame as text, numbers to 17 significant digits (they read back bitwise)
+// the frame as text, every number as the shortest text that reads back
+// bitwise (std::to_chars)
 std::string format_frame(const LabelFrame &f);
 
 // the complete frames at the start of an extended XYZ file: how many, and
