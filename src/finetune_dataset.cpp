@@ -29,6 +29,47 @@
 
 using namespace LAMMPS_NS;
 
+std::vector<MLTorch::LabelledConfiguration> LAMMPS_NS::read_dataset(
+    LAMMPS *lmp, const std::string &who, const std::string &file, const MLTorch::Model &model,
+    const MLTorch::FinetuneSettings &set, double memory_mb, std::string *hash)
+{
+  Error *error = lmp->error;
+  const std::string units = lmp->update->unit_style;
+  double energy_unit = 1.0;    // eV in the run's energy unit
+  if (units == "real")
+    energy_unit = 1.0 / MLTorchUnits::kKcalMolEv;
+  else if (units != "metal")
+    error->all(FLERR, "{} reads eV and Angstrom and supports units metal and real, not '{}'", who,
+               units);
+  MPI_Comm uw = lmp->universe->uworld;
+  std::string text, failure;
+  if (lmp->universe->me == 0) {
+    try {
+      text = MLTorch::read_file(file);
+    } catch (std::exception &e) {
+      failure = e.what();
+    }
+  }
+  failure = MLTorch::first_failure(uw, failure.empty(), failure, false);
+  if (!failure.empty()) error->all(FLERR, "{}: cannot read {}: {}", who, file, failure);
+  MLTorch::broadcast_bytes(text, 0, uw);
+  if (hash) *hash = MLTorch::content_hash(text);
+  try {
+    const auto frames = MLTorch::parse_extxyz(text, file);
+    if (frames.empty()) throw MLTorch::LabelsError(file + " holds no frame");
+    MLTorch::DatasetNeeds needs;
+    needs.energy = set.w_energy > 0;
+    needs.forces = set.w_force > 0;
+    needs.stress = set.w_stress > 0;
+    const auto &meta = model.metadata();
+    return MLTorch::make_configurations(frames, file, meta.elements, meta.cutoff, energy_unit, needs,
+                                        memory_mb * 1e6);
+  } catch (std::exception &e) {
+    // every rank parsed the same text: every rank stops with the same message
+    error->all(FLERR, "{}: {}", who, e.what());
+  }
+}
+
 FinetuneDataset::FinetuneDataset(LAMMPS *lmp, const std::string &file, int per_update_in,
                                  double weight, uint64_t seed_in, double memory_mb,
                                  const MLTorch::Model &model, const MLTorch::FinetuneSettings &set) :
@@ -38,39 +79,7 @@ FinetuneDataset::FinetuneDataset(LAMMPS *lmp, const std::string &file, int per_u
   weighted->w_energy *= weight;
   weighted->w_force *= weight;
   weighted->w_stress *= weight;
-  const std::string units = update->unit_style;
-  double energy_unit = 1.0;
-  if (units == "real")
-    energy_unit = 1.0 / MLTorchUnits::kKcalMolEv;
-  else if (units != "metal")
-    error->all(FLERR, "Fix torch/finetune dataset reads eV and Angstrom and supports units metal "
-                      "and real, not '{}'", units);
-  // the universe's first rank reads the file, every rank parses the same text
-  std::string text, failure;
-  if (universe->me == 0) {
-    try {
-      text = MLTorch::read_file(file);
-    } catch (std::exception &e) {
-      failure = e.what();
-    }
-  }
-  failure = MLTorch::first_failure(universe->uworld, failure.empty(), failure, false);
-  if (!failure.empty())
-    error->all(FLERR, "Fix torch/finetune dataset: cannot read {}: {}", file, failure);
-  MLTorch::broadcast_bytes(text, 0, universe->uworld);
-  try {
-    const auto frames = MLTorch::parse_extxyz(text, file);
-    if (frames.empty()) throw MLTorch::LabelsError(file + " holds no frame");
-    MLTorch::DatasetNeeds needs;
-    needs.energy = set.w_energy > 0;
-    needs.forces = set.w_force > 0;
-    needs.stress = set.w_stress > 0;
-    const auto &meta = model.metadata();
-    configs = MLTorch::make_configurations(frames, file, meta.elements, meta.cutoff, energy_unit,
-                                           needs, memory_mb * 1e6);
-  } catch (std::exception &e) {
-    error->all(FLERR, "Fix torch/finetune dataset: {}", e.what());
-  }
+  configs = read_dataset(lmp, "Fix torch/finetune dataset", file, model, set, memory_mb);
   refill();
   if (comm->me == 0)
     utils::logmesg(lmp, "fix torch/finetune: dataset: {} configurations from {}, {} per update and "

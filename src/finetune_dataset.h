@@ -35,6 +35,19 @@ namespace LAMMPS_NS {
 // when its shard is used up. The shards depend on the replicas only, not
 // on their ranks; a replica spreads its M configurations over its ranks,
 // each held whole by one rank (its folded periodic graph).
+// the labelled configurations of an extended XYZ file for `model`, as
+// fix torch/finetune's dataset and torch/train read them: the universe's
+// first rank reads the file, every rank parses the same text and keeps
+// every configuration (energies in the run's units; the labels `set`'s
+// weights need must be there; graphs within `memory_mb` per rank). An
+// ERROR beginning with `who` otherwise, the same on every rank. `hash`:
+// the file's content hash
+std::vector<MLTorch::LabelledConfiguration> read_dataset(class LAMMPS *lmp, const std::string &who,
+                                                         const std::string &file,
+                                                         const MLTorch::Model &model,
+                                                         const MLTorch::FinetuneSettings &set,
+                                                         double memory_mb, std::string *hash = nullptr);
+
 class FinetuneDataset : protected Pointers {
  public:
   FinetuneDataset(class LAMMPS *, const std::string &file, int per_update, double weight,

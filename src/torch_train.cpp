@@ -24,11 +24,11 @@
 
 #include "comm.h"
 #include "error.h"
+#include "finetune_dataset.h"
 #include "finetune_keywords.h"
 #include "force.h"
 #include "lmp_compat.h"
 #include "mltorch_mpi.h"
-#include "mltorch_units.h"
 #include "platform.h"
 #include "torch_student.h"
 #include "universe.h"
@@ -207,13 +207,6 @@ void TorchTrain::command(int narg, char **arg)
                         "rank 0 ({}); every partition must load the same model file",
                  bad, other, first);
   }
-  double energy_unit = 1.0;    // eV in the run's energy unit
-  const std::string units = update->unit_style;
-  if (units == "real")
-    energy_unit = 1.0 / MLTorchUnits::kKcalMolEv;
-  else if (units != "metal")
-    error->all(FLERR, "torch/train reads eV and Angstrom and supports units metal and real, not '{}'",
-               units);
   try {
     model->set_trainable(MLTorch::select_trainable(model->parameter_names(), set.train_prefixes,
                                                     set.freeze_prefixes));
@@ -225,32 +218,9 @@ void TorchTrain::command(int narg, char **arg)
                       "file's own frozen parameters leave none of the {} parameters of {} trainable",
                model->num_parameters(), student->model_path());
 
-  // the dataset: universe rank 0 reads the file, every rank parses the same text
-  std::string text, failure;
-  if (rank == 0) {
-    try {
-      text = MLTorch::read_file(o.file);
-    } catch (std::exception &e) {
-      failure = e.what();
-    }
-  }
-  failure = MLTorch::first_failure(uw, failure.empty(), failure, false);
-  if (!failure.empty()) error->all(FLERR, "torch/train: cannot read the dataset {}: {}", o.file, failure);
-  MLTorch::broadcast_bytes(text, 0, uw);
-  std::vector<MLTorch::LabelledConfiguration> configs;
-  try {
-    const auto frames = MLTorch::parse_extxyz(text, o.file);
-    if (frames.empty()) throw MLTorch::LabelsError(o.file + " holds no frame");
-    MLTorch::DatasetNeeds needs;
-    needs.energy = set.w_energy > 0;
-    needs.forces = set.w_force > 0;
-    needs.stress = set.w_stress > 0;
-    configs = MLTorch::make_configurations(frames, o.file, meta.elements, meta.cutoff, energy_unit,
-                                           needs, o.memory_mb * 1e6);
-  } catch (std::exception &e) {
-    // every rank parsed the same text: every rank stops with the same message
-    error->all(FLERR, "torch/train: {}", e.what());
-  }
+  // the dataset: every configuration on every rank
+  std::string dataset_hash;
+  auto configs = read_dataset(lmp, "torch/train", o.file, *model, set, o.memory_mb, &dataset_hash);
   const auto n = static_cast<int64_t>(configs.size());
   const int64_t nvalid = o.valid > 0 ? std::max<int64_t>(1, std::llround(o.valid * n)) : 0;
   const int64_t ntrain = n - nvalid;
@@ -263,9 +233,6 @@ void TorchTrain::command(int narg, char **arg)
   const auto split = MLTorch::distributed_shard(n, 1, 0, o.seed + kSplitSeed, 0);
   const std::vector<int64_t> train_set(split.begin(), split.begin() + ntrain);
   const std::vector<int64_t> valid_set(split.begin() + ntrain, split.end());
-  const std::string dataset_hash = MLTorch::content_hash(text);
-  text.clear();
-  text.shrink_to_fit();
 
   // every rank a worker of its own: a configuration is whole on its rank
   std::unique_ptr<MLTorch::DistributedTrainer> trainer;
@@ -280,8 +247,7 @@ void TorchTrain::command(int narg, char **arg)
   // resume: the training state and where in which epoch it stood
   bigint epoch0 = 0, update0 = 0;
   if (!o.resume_file.empty()) {
-    std::string bytes;
-    failure.clear();
+    std::string bytes, failure;
     if (rank == 0) {
       try {
         bytes = MLTorch::read_file(o.resume_file);

@@ -70,6 +70,15 @@ def read_data(path):
     return lo, hi, tilt, atoms
 
 
+def write_output(text, output):
+    """an input file's text to `output` ("-": standard output)"""
+    if output == "-":
+        sys.stdout.write(text)
+    else:
+        with open(output, "w") as f:
+            f.write(text)
+
+
 def project_of(path):
     """the CP2K project of an input written to `path`: its name without its
     extension (one project per input file, so that runs can share a folder)"""
@@ -129,13 +138,8 @@ def main():
     a = p.parse_args()
     if a.project is None:
         a.project = "lammps" if a.output == "-" else project_of(a.output)
-    text = cp2k_input(a.data, a.elements, a.driver, a.cutoff, a.rel_cutoff, a.basis, a.eps_scf,
-                      a.project)
-    if a.output == "-":
-        sys.stdout.write(text)
-    else:
-        with open(a.output, "w") as f:
-            f.write(text)
+    write_output(cp2k_input(a.data, a.elements, a.driver, a.cutoff, a.rel_cutoff, a.basis,
+                            a.eps_scf, a.project), a.output)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cp2k_input import read_data    # noqa: E402  (one reader of LAMMPS data files)
+from cp2k_input import read_data, write_output    # noqa: E402  (one reader of LAMMPS data files)
 
 # pseudopotentials of Debian's quantum-espresso-data (PBE where it has one)
 DEBIAN_PSEUDO = {"H": "H.pbe-kjpaw.UPF", "C": "C.pbe-rrkjus.UPF", "N": "N.pbe-kjpaw.UPF",
@@ -83,13 +83,8 @@ def main():
         if not f:
             sys.exit(f"qe_input.py: --pseudo takes EL=FILE, got {kv}")
         pseudo[el] = f
-    text = qe_input(a.data, a.elements, pseudo, a.pseudo_dir, a.ecutwfc, a.kpoints, a.degauss,
-                    a.conv_thr, a.outdir)
-    if a.output == "-":
-        sys.stdout.write(text)
-    else:
-        with open(a.output, "w") as f:
-            f.write(text)
+    write_output(qe_input(a.data, a.elements, pseudo, a.pseudo_dir, a.ecutwfc, a.kpoints,
+                          a.degauss, a.conv_thr, a.outdir), a.output)
 
 
 if __name__ == "__main__":

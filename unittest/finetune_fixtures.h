@@ -28,6 +28,7 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <unistd.h>
 #include <cstdio>
 #include <cstring>
 #include <ostream>
@@ -118,6 +119,21 @@ inline double max_diff(const std::vector<double> &a, const std::vector<double> &
   double m = 0.0;
   for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
   return m;
+}
+
+// the largest difference relative to the largest |b|
+inline double rel_diff(const std::vector<double> &a, const std::vector<double> &b)
+{
+  return max_diff(a, b) / std::max(max_abs(b), 1e-300);
+}
+
+// a file name in the test's temporary folder, the same on every rank (rank
+// 0's process id), so that tests that run side by side do not meet
+inline std::string shared_temp_file(const std::string &name)
+{
+  long pid = static_cast<long>(getpid());
+  MPI_Bcast(&pid, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+  return ::testing::TempDir() + "/mlt" + std::to_string(pid) + "_" + name;
 }
 
 // the spoilt student running NVE on a 900 K 64-atom Si crystal

@@ -213,6 +213,30 @@ static std::string tail_of(const std::string &path, int n)
   return out;
 }
 
+// the labels of one configuration from a DFT code in driver mode (`driver`,
+// started in `dir` once the server's socket exists) while the same code's
+// own run of it (`own`) goes beside it; the driver's output on a failure
+static Labels label_with(Lammps &l, const std::string &name, const std::string &dir,
+                         const std::string &code, const std::string &driver, const std::string &own)
+{
+  Labels got;
+  try {
+    Client d({"/bin/sh", "-c", "while [ ! -S /tmp/ipi_" + name + " ]; do sleep 0.05; done; cd " +
+              dir + " && exec " + driver}, dir + "/driver.log");
+    Client o({"/bin/sh", "-c", "cd " + dir + " && exec " + own}, dir + "/own.log");
+    l.cmds({"fix ft all torch/finetune 1 teacher ipi \"" + name +
+                " 0 unix\" energy_shift none log 0 check 0 teacher_timeout 60",
+            "run 1 post no"});
+    got = labels_of(l, MPI_COMM_WORLD);
+    l.cmd("unfix ft");
+  } catch (std::exception &ex) {
+    ADD_FAILURE() << ex.what() << "\n" << code << " driver's output (end):\n"
+                  << tail_of(dir + "/driver.out", 30) << "\nits stderr (end):\n"
+                  << tail_of(dir + "/driver.log", 30);
+  }
+  return got;
+}
+
 TEST(IpiCp2k, LabelsEqualItsOwnRun)
 {
   const std::string name = socket_name("cp2k");
@@ -236,24 +260,11 @@ TEST(IpiCp2k, LabelsEqualItsOwnRun)
     EXPECT_NE(tail_of(dir + "/driver.inp", 1000).find("PROJECT driver\n"), std::string::npos);
     EXPECT_NE(tail_of(dir + "/own.inp", 1000).find("PROJECT own\n"), std::string::npos);
   }
-  Labels got;
-  try {
-    // the driver waits for the server's socket; its own run goes at the same time
-    Client driver({"/bin/sh", "-c", "while [ ! -S /tmp/ipi_" + name + " ]; do sleep 0.05; done; cd " +
-                   dir + " && exec cp2k.psmp -i driver.inp -o driver.out"},
-                  dir + "/driver.log");
-    Client own({"/bin/sh", "-c", "cd " + dir + " && exec cp2k.psmp -i own.inp -o own.out"},
-               dir + "/own.log");
-    l.cmds({"fix ft all torch/finetune 1 teacher ipi \"" + name +
-                " 0 unix\" energy_shift none log 0 check 0 teacher_timeout 60",
-            "run 1 post no"});
-    got = labels_of(l, MPI_COMM_WORLD);
-    l.cmd("unfix ft");
-  } catch (std::exception &ex) {
-    FAIL() << ex.what() << "\nCP2K driver's output (end):\n"
-           << tail_of(dir + "/driver.out", 30) << "\nits stderr (end):\n"
-           << tail_of(dir + "/driver.log", 30);
-  }
+  // the driver waits for the server's socket; its own run goes at the same time
+  const Labels got = label_with(l, name, dir, "CP2K",
+                                "cp2k.psmp -i driver.inp -o driver.out",
+                                "cp2k.psmp -i own.inp -o own.out");
+  if (::testing::Test::HasFailure()) return;
   double e_own = NAN;
   std::vector<double> f_own, s_own(9, 0.0);
   if (me == 0) e_own = cp2k_energy_and_forces(dir + "/own.out", f_own, s_own);
@@ -356,22 +367,11 @@ TEST(IpiQe, LabelsEqualItsOwnRun)
     ASSERT_EQ(std::system((tool + " --outdir ./driver-out -o " + dir + "/driver.in").c_str()), 0);
     ASSERT_EQ(std::system((tool + " --outdir ./own-out -o " + dir + "/own.in").c_str()), 0);
   }
-  Labels got;
-  try {
-    // pw.x connects once: it starts when the server's socket exists
-    Client driver({"/bin/sh", "-c", "while [ ! -S /tmp/ipi_" + name + " ]; do sleep 0.05; done; cd " +
-                   dir + " && exec pw.x --ipi " + name + ":UNIX -in driver.in > driver.out"},
-                  dir + "/driver.log");
-    Client own({"/bin/sh", "-c", "cd " + dir + " && exec pw.x -in own.in > own.out"}, dir + "/own.log");
-    l.cmds({"fix ft all torch/finetune 1 teacher ipi \"" + name +
-                " 0 unix\" energy_shift none log 0 check 0 teacher_timeout 60",
-            "run 1 post no"});
-    got = labels_of(l, MPI_COMM_WORLD);
-    l.cmd("unfix ft");
-  } catch (std::exception &ex) {
-    FAIL() << ex.what() << "\npw.x driver's output (end):\n" << tail_of(dir + "/driver.out", 30)
-           << "\nits stderr (end):\n" << tail_of(dir + "/driver.log", 30);
-  }
+  // pw.x connects once: it starts when the server's socket exists
+  const Labels got =
+      label_with(l, name, dir, "pw.x", "pw.x --ipi " + name + ":UNIX -in driver.in > driver.out",
+                 "pw.x -in own.in > own.out");
+  if (::testing::Test::HasFailure()) return;
   double e_own = NAN;
   std::vector<double> f_own, s_own;
   if (me == 0) e_own = qe_results(dir + "/own.out", f_own, s_own);

@@ -26,18 +26,6 @@
 
 namespace {
 
-double rel_diff(const std::vector<double> &a, const std::vector<double> &b)
-{
-  return max_diff(a, b) / std::max(max_abs(b), 1e-300);
-}
-
-std::string temp_file(const std::string &name)
-{
-  long pid = static_cast<long>(getpid());
-  MPI_Bcast(&pid, 1, MPI_LONG, 0, MPI_COMM_WORLD);
-  return ::testing::TempDir() + "/mlt" + std::to_string(pid) + "_" + name;
-}
-
 std::vector<std::string> labelled_run(const std::string &shape, const std::string &file,
                                       const std::string &extra = "", int steps = 16)
 {
@@ -102,7 +90,7 @@ class LabelsShapes : public ::testing::TestWithParam<std::string> {};
 TEST_P(LabelsShapes, FramesAreTheTeachersLabels)
 {
   const std::string shape = GetParam();
-  const std::string file = temp_file("labels_" + shape + ".xyz");
+  const std::string file = shared_temp_file("labels_" + shape + ".xyz");
   if (me == 0) std::remove(file.c_str());
   Lammps l;
   l.cmds(labelled_run(shape, file));
@@ -154,8 +142,8 @@ INSTANTIATE_TEST_SUITE_P(Labels, LabelsShapes, ::testing::Values("ortho", "tricl
 
 TEST(Labels, RestartContinuesTheFileExactly)
 {
-  const std::string a = temp_file("straight.xyz"), b = temp_file("continued.xyz");
-  const std::string restart = temp_file("labels.restart");
+  const std::string a = shared_temp_file("straight.xyz"), b = shared_temp_file("continued.xyz");
+  const std::string restart = shared_temp_file("labels.restart");
   if (me == 0) {
     std::remove(a.c_str());
     std::remove(b.c_str());
@@ -207,7 +195,7 @@ TEST(Labels, RestartContinuesTheFileExactly)
 
 TEST(Labels, PartialLastFrameIsCutOff)
 {
-  const std::string file = temp_file("partial.xyz");
+  const std::string file = shared_temp_file("partial.xyz");
   if (me == 0) std::remove(file.c_str());
   {
     Lammps l;
@@ -243,7 +231,7 @@ TEST(Labels, PartialLastFrameIsCutOff)
 
 TEST(Labels, GatedRunWritesOnlyItsLabels)
 {
-  const std::string file = temp_file("gated.xyz");
+  const std::string file = shared_temp_file("gated.xyz");
   if (me == 0) std::remove(file.c_str());
   Lammps l;
   auto c = silicon(2, 4321, "ortho");
@@ -291,7 +279,7 @@ TEST(Labels, BadSettingsAreErrors)
 TEST(Labels, EachReplicaWritesItsOwnFile)
 {
   if (nprocs < 2) GTEST_SKIP() << "needs >= 2 MPI ranks";
-  const std::string base = temp_file("replicas.xyz");
+  const std::string base = shared_temp_file("replicas.xyz");
   const std::string stem = base.substr(0, base.size() - 4);
   auto mine_of = [&](int k) { return stem + "." + std::to_string(k) + ".xyz"; };
   std::remove(mine_of(me).c_str());
@@ -438,7 +426,7 @@ TEST(CoreSampler, EqualsDistributedSampler)
   if (me != 0) GTEST_SKIP() << "one rank";
   const char *py = std::getenv("ML_TORCH_PYTHON_EXE");
   ASSERT_NE(py, nullptr) << "ML_TORCH_PYTHON_EXE names the Python with torch";
-  const std::string out = temp_file("sampler.json");
+  const std::string out = shared_temp_file("sampler.json");
   const std::string code =
       "import json, torch\n"
       "from torch.utils.data import DistributedSampler\n"
@@ -452,7 +440,7 @@ TEST(CoreSampler, EqualsDistributedSampler)
       "          s.set_epoch(epoch)\n"
       "          res[f'{n} {R} {int(drop)} {epoch} {k}'] = list(s)\n"
       "json.dump(res, open('" + out + "', 'w'))\n";
-  const std::string script = temp_file("sampler.py");
+  const std::string script = shared_temp_file("sampler.py");
   std::ofstream(script) << code;
   ASSERT_EQ(std::system((std::string(py) + " " + script).c_str()), 0);
   std::ifstream in(out);

@@ -18,13 +18,6 @@
 
 namespace {
 
-std::string shared_file(const std::string &name)
-{
-  long pid = static_cast<long>(getpid());
-  MPI_Bcast(&pid, 1, MPI_LONG, 0, MPI_COMM_WORLD);
-  return ::testing::TempDir() + "/mlt" + std::to_string(pid) + "_" + name;
-}
-
 // 16 labelled configurations of hot Si from sw (fix torch/finetune labels):
 // 12 to train on with valid 0.25, which 1, 2 and 4 ranks divide (with
 // others DistributedSampler pads the shards by repetition, and the
@@ -33,7 +26,7 @@ std::string dataset()
 {
   static std::string file;
   if (!file.empty()) return file;
-  file = shared_file("train_set.xyz");
+  file = shared_temp_file("train_set.xyz");
   if (me == 0) {
     std::remove(file.c_str());
     Lammps l(MPI_COMM_SELF);
@@ -55,11 +48,6 @@ std::vector<std::string> model_setup(const std::string &model = student)
 }
 
 const std::string train_settings = " epochs 3 batch 4 seed 11 lr 2e-3 weights 1 1 0.1 valid 0.25";
-
-double rel_diff(const std::vector<double> &a, const std::vector<double> &b)
-{
-  return max_diff(a, b) / std::max(max_abs(b), 1e-300);
-}
 
 std::vector<double> model_params(Lammps &l)
 {
@@ -124,7 +112,7 @@ TEST(TorchTrain, SameModelOnAnyDecomposition)
 TEST(TorchTrain, OneEpochOfOneConfigurationIsOneFixUpdate)
 {
   for (const std::string model : {student, potentials + "/si_mp2.pt"}) {
-    const std::string frame = shared_file("one.xyz");
+    const std::string frame = shared_temp_file("one.xyz");
     if (me == 0) std::remove(frame.c_str());
     MPI_Barrier(MPI_COMM_WORLD);
     const std::string loss = " weights 1 1 0.1 lr 1e-3 optimizer adam";
@@ -160,7 +148,7 @@ TEST(TorchTrain, OneEpochOfOneConfigurationIsOneFixUpdate)
 TEST(TorchTrain, ResumeContinuesExactly)
 {
   if (4 % nprocs != 0) GTEST_SKIP() << "batch 4 needs 1, 2 or 4 ranks";
-  const std::string file = dataset(), ckpt = shared_file("train.ckpt");
+  const std::string file = dataset(), ckpt = shared_temp_file("train.ckpt");
   const std::string rest = " batch 4 seed 11 lr 2e-3 weights 1 1 0.1 energy_shift fit";
   std::vector<double> straight, resumed;
   {
@@ -208,7 +196,7 @@ TEST(TorchTrain, BadInputIsAnError)
   }
   const std::size_t second = text.find("\n64\n") + 1;    // frame 2 starts here
   auto variant = [&](const std::string &name, const std::string &content) {
-    const std::string f = shared_file(name);
+    const std::string f = shared_temp_file(name);
     if (me == 0) std::ofstream(f) << content;
     MPI_Barrier(MPI_COMM_WORLD);
     return f;
@@ -335,7 +323,7 @@ TEST(TorchTrain, FixDatasetBadInputIsAnError)
     std::ifstream in(good);
     text.assign((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   }
-  const std::string bad = shared_file("fix_ge.xyz");
+  const std::string bad = shared_temp_file("fix_ge.xyz");
   if (me == 0) {
     std::string t = text;
     t.replace(t.find("\nSi "), 4, "\nGe ");
@@ -355,7 +343,7 @@ TEST(TorchTrain, FixDatasetBadInputIsAnError)
 TEST(TorchTrain, FixDatasetRestartContinuesTheSampler)
 {
   if (nprocs > 1) GTEST_SKIP() << "one rank";
-  const std::string file = dataset(), restart = shared_file("dataset.restart");
+  const std::string file = dataset(), restart = shared_temp_file("dataset.restart");
   std::vector<int64_t> straight_taken;
   std::vector<double> straight;
   {
