@@ -375,3 +375,37 @@ TEST(TorchTrain, FixDatasetRestartContinuesTheSampler)
   EXPECT_LE(d, 1e-12);
   std::remove(restart.c_str());
 }
+
+// a frame's own weight (config_weight, as MACE names it) scales its loss:
+// a frame of weight 2 trains as the frame given twice in one batch
+TEST(TorchTrain, FrameWeightScalesItsLoss)
+{
+  if (me != 0) GTEST_SKIP() << "one rank";
+  const std::string good = dataset();
+  const auto frames = MLTorch::read_extxyz(good);
+  const std::string twice = shared_temp_file("twice.xyz"), weighted = shared_temp_file("weighted.xyz");
+  {
+    std::ofstream a(twice), b(weighted);
+    MLTorch::LabelFrame f0 = frames[0], f1 = frames[1];
+    a << MLTorch::format_frame(f0) << MLTorch::format_frame(f0) << MLTorch::format_frame(f1);
+    f0.info.emplace_back("config_weight", "2");
+    MLTorch::LabelFrame f1w = f1;
+    f1w.info.emplace_back("config_weight", "1");
+    b << MLTorch::format_frame(f0) << MLTorch::format_frame(f1w);
+  }
+  std::vector<double> p[2];
+  // one SGD update each on the mean gradient: (2 g0 + g1) / 3 with lr 3e-3
+  // against (2 g0 + g1) / 2 with lr 2e-3, the same step
+  for (int k = 0; k < 2; ++k) {
+    Lammps l(MPI_COMM_SELF);
+    l.cmds(model_setup());
+    l.cmd("torch/train " + (k ? weighted : twice) + " epochs 1 batch " + (k ? "2" : "3") +
+          " optimizer sgd lr " + (k ? "2e-3" : "3e-3") + " weights 1 1 0.1");
+    p[k] = model_params(l);
+  }
+  const double d = rel_diff(p[1], p[0]);
+  std::printf("[ torch/train ] a frame of config_weight 2 vs the frame twice: parameters %.2e\n", d);
+  EXPECT_LE(d, 1e-13);
+  std::remove(twice.c_str());
+  std::remove(weighted.c_str());
+}

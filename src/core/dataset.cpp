@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 namespace MLTorch {
@@ -48,6 +49,14 @@ std::vector<LabelledConfiguration> make_configurations(const std::vector<LabelFr
       species[i] = it - elements.begin();
       c.counts[species[i]] += 1.0;
     }
+    for (const char *key : {"config_weight", "weight"})
+      if (const std::string *w = f.find(key)) {
+        char *end = nullptr;
+        c.weight = std::strtod(w->c_str(), &end);
+        if (end == w->c_str() || *end != '\0' || !std::isfinite(c.weight) || c.weight < 0.0)
+          throw LabelsError(where + ": its " + key + " '" + *w + "' is not a number >= 0");
+        break;
+      }
     c.has_energy = f.has_energy;
     c.has_forces = f.forces.size() == 3 * f.natoms();
     c.has_stress = f.has_stress;

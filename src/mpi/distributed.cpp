@@ -94,8 +94,16 @@ std::string whole_configuration_gradient(Model &model, const LabelledConfigurati
   labels.w_ref = c.w_ref;
   labels.natoms = c.natoms();
   labels.e_ref = [e_label](double) { return e_label; };
-  return configuration_gradient(model, c.graph.input(), owners, labels, set, MPI_COMM_SELF, prefix,
-                                out);
+  if (c.weight == 1.0)
+    return configuration_gradient(model, c.graph.input(), owners, labels, set, MPI_COMM_SELF,
+                                  prefix, out);
+  // the frame's own weight scales its loss
+  FinetuneSettings weighted = set;
+  weighted.w_energy *= c.weight;
+  weighted.w_force *= c.weight;
+  weighted.w_stress *= c.weight;
+  return configuration_gradient(model, c.graph.input(), owners, labels, weighted, MPI_COMM_SELF,
+                                prefix, out);
 }
 
 std::string configuration_gradient(Model &model, const GraphInput &in, HaloExchange &owners,

@@ -28,6 +28,9 @@ struct LabelledConfiguration {
   double w_ref[6] = {0, 0, 0, 0, 0, 0};    // virial W = -stress V, xx yy zz xy xz yz
   std::vector<double> counts;     // atoms of each species (energy_shift)
   bool has_energy = false, has_forces = false, has_stress = false;
+  // the frame's own weight of its loss (its `config_weight` or `weight`
+  // key, as MACE's and ASE's files name it; 1 without)
+  double weight = 1.0;
   std::string where;              // "FILE frame K" for messages
   double natoms() const { return static_cast<double>(graph.natoms); }
 };
