@@ -57,6 +57,11 @@ class FixTorchFinetuneProbe {
   std::string good_parameters() const { return f->trainer->state().good_parameters(); }
   double replay_bytes() const { return f->trainer->replay.bytes(); }
   double compute_vector(int i) const { return f->compute_vector(i); }
+  // energy_shift fit: the configurations the MD model's fit has learnt (0 without)
+  int64_t energy_shift_configurations() const
+  {
+    return f->trainer->energy_shift.empty() ? 0 : f->trainer->energy_shift[0].configurations();
+  }
   // energy_shift fit: the MD model's fitted per-element shifts (empty without)
   std::vector<double> energy_shift() const
   {

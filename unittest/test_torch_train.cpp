@@ -409,3 +409,17 @@ TEST(TorchTrain, FrameWeightScalesItsLoss)
   std::remove(twice.c_str());
   std::remove(weighted.c_str());
 }
+
+// energy_shift fit learns the dataset's energies too: 4 updates of 1 fresh
+// label and 3 dataset configurations each make 16 configurations in the fit
+TEST(TorchTrain, FixDatasetEnergiesJoinTheFit)
+{
+  const std::string file = dataset();
+  Lammps l(MPI_COMM_WORLD, nprocs > 1 ? partitions() : std::vector<std::string>{});
+  l.cmds(dataset_run(file, " energy_shift fit"));
+  EXPECT_EQ(l.fix()->updates(), 4);
+  EXPECT_EQ(l.fix()->energy_shift_configurations(), 16);
+  // sw's energies and the student's share a zero: the fit is near 0 eV/atom
+  ASSERT_EQ(l.fix()->energy_shift().size(), 1u);
+  EXPECT_LT(std::fabs(l.fix()->energy_shift()[0]), 1.0);
+}
