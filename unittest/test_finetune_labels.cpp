@@ -426,7 +426,8 @@ TEST(CoreSampler, EqualsDistributedSampler)
   if (me != 0) GTEST_SKIP() << "one rank";
   const char *py = std::getenv("ML_TORCH_PYTHON_EXE");
   ASSERT_NE(py, nullptr) << "ML_TORCH_PYTHON_EXE names the Python with torch";
-  const std::string out = shared_temp_file("sampler.json");
+  // rank 0 alone: names of its own, no collective
+  const std::string out = ::testing::TempDir() + "/mlt" + std::to_string(getpid()) + "_sampler.json";
   const std::string code =
       "import json, torch\n"
       "from torch.utils.data import DistributedSampler\n"
@@ -440,7 +441,7 @@ TEST(CoreSampler, EqualsDistributedSampler)
       "          s.set_epoch(epoch)\n"
       "          res[f'{n} {R} {int(drop)} {epoch} {k}'] = list(s)\n"
       "json.dump(res, open('" + out + "', 'w'))\n";
-  const std::string script = shared_temp_file("sampler.py");
+  const std::string script = out + ".py";
   std::ofstream(script) << code;
   ASSERT_EQ(std::system((std::string(py) + " " + script).c_str()), 0);
   std::ifstream in(out);
