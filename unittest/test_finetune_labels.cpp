@@ -38,18 +38,21 @@ std::vector<std::string> labelled_run(const std::string &shape, const std::strin
   return c;
 }
 
-// the teacher (sw) on a frame's configuration, in a LAMMPS of its own:
-// energy, forces in atom order, ASE's stress (eV/A^3)
+// a configuration in a LAMMPS of its own (cell rows a, b, c as LAMMPS's
+// restricted triclinic; positions [n][3]; remapped into the box or, with
+// `remap` false, required inside it) with `pair` ("style;coeff"): energy,
+// forces in atom order, virial W (xx yy zz xy xz yz, energy units)
 struct Recomputed {
   double energy;
   std::vector<double> forces;
-  double stress[9];
+  double virial[6];
+  double stress[9];    // ASE's: -W / V
 };
 
-Recomputed recompute(const MLTorch::LabelFrame &f)
+Recomputed lammps_labels(const double *h, const std::vector<double> &x, const std::string &style,
+                         const std::string &coeff, bool remap)
 {
   Lammps l(MPI_COMM_SELF);
-  const double *h = f.cell;
   EXPECT_EQ(h[1], 0.0);
   EXPECT_EQ(h[2], 0.0);
   EXPECT_EQ(h[5], 0.0);
@@ -57,26 +60,33 @@ Recomputed recompute(const MLTorch::LabelFrame &f)
   std::snprintf(region, sizeof(region), "region box prism 0 %.17g 0 %.17g 0 %.17g %.17g %.17g %.17g",
                 h[0], h[4], h[8], h[3], h[6], h[7]);
   l.cmds({"units metal", "atom_modify map array", region, "create_box 1 box", "mass 1 28.0855"});
-  for (std::size_t i = 0; i < f.natoms(); ++i) {
+  const std::size_t n = x.size() / 3;
+  for (std::size_t i = 0; i < n; ++i) {
     char line[256];
-    std::snprintf(line, sizeof(line), "create_atoms 1 single %.17g %.17g %.17g units box remap no",
-                  f.positions[3 * i], f.positions[3 * i + 1], f.positions[3 * i + 2]);
+    std::snprintf(line, sizeof(line), "create_atoms 1 single %.17g %.17g %.17g units box remap %s",
+                  x[3 * i], x[3 * i + 1], x[3 * i + 2], remap ? "yes" : "no");
     l.cmd(line);
   }
-  l.cmds({"pair_style sw", "pair_coeff * * " + lammps_potentials + "/Si.sw Si",
-          "compute pv all pressure NULL virial", "run 0 post no"});
+  l.cmds({"pair_style " + style, "pair_coeff * * " + coeff, "compute pv all pressure NULL virial",
+          "run 0 post no"});
   Recomputed r;
-  EXPECT_EQ(l.natoms(), f.natoms()) << "an atom of the frame is outside its cell";
+  EXPECT_EQ(l.natoms(), n) << "an atom of the configuration is outside its cell";
   r.energy = l.thermo("pe");
   r.forces = l.gather("f", 3);
   // pressure P_ab = W_ab / V * nktv2p; ASE's stress is -W / V
-  const double to = 1.0 / l.lmp->force->nktv2p;
   auto *pv = l.lmp->modify->get_compute_by_id("pv");
   pv->compute_vector();
-  const double *p = pv->vector;
+  const double *p = pv->vector, vol = h[0] * h[4] * h[8];
+  for (int k = 0; k < 6; ++k) r.virial[k] = p[k] * vol / l.lmp->force->nktv2p;
   const double full[9] = {p[0], p[3], p[4], p[3], p[1], p[5], p[4], p[5], p[2]};
-  for (int k = 0; k < 9; ++k) r.stress[k] = -full[k] * to;
+  for (int k = 0; k < 9; ++k) r.stress[k] = -full[k] / l.lmp->force->nktv2p;
   return r;
+}
+
+// the teacher (sw) on a frame's configuration, which must lie in its cell
+Recomputed recompute(const MLTorch::LabelFrame &f)
+{
+  return lammps_labels(f.cell, f.positions, "sw", lammps_potentials + "/Si.sw Si", false);
 }
 
 }    // namespace
@@ -328,32 +338,6 @@ struct Config {
   std::vector<double> x;
 };
 
-// LAMMPS's energy, forces and virial (xx yy zz xy xz yz) of a configuration
-void lammps_labels(const Config &c, const std::string &model, double &e, std::vector<double> &f,
-                   double *w)
-{
-  Lammps l(MPI_COMM_SELF);
-  const double *h = c.cell;
-  char region[256];
-  std::snprintf(region, sizeof(region), "region box prism 0 %.17g 0 %.17g 0 %.17g %.17g %.17g %.17g",
-                h[0], h[4], h[8], h[3], h[6], h[7]);
-  l.cmds({"units metal", "atom_modify map array", region, "create_box 1 box", "mass 1 28.0855"});
-  for (std::size_t i = 0; i < c.x.size() / 3; ++i) {
-    char line[256];
-    std::snprintf(line, sizeof(line), "create_atoms 1 single %.17g %.17g %.17g units box remap yes",
-                  c.x[3 * i], c.x[3 * i + 1], c.x[3 * i + 2]);
-    l.cmd(line);
-  }
-  l.cmds({"pair_style torch", "pair_coeff * * " + model + " Si", "compute pv all pressure NULL virial",
-          "run 0 post no"});
-  e = l.thermo("pe");
-  f = l.gather("f", 3);
-  auto *pv = l.lmp->modify->get_compute_by_id("pv");
-  pv->compute_vector();
-  const double vol = h[0] * h[4] * h[8];
-  for (int k = 0; k < 6; ++k) w[k] = pv->vector[k] * vol / l.lmp->force->nktv2p;
-}
-
 }    // namespace
 
 TEST(CoreGraph, EqualsPairStyle)
@@ -387,9 +371,9 @@ TEST(CoreGraph, EqualsPairStyle)
     const std::string file = potentials + "/" + name;
     MLTorch::Model model(MLTorch::read_file(file), file, "cpu");
     for (const Config *c : {&big, &small}) {
-      double e_l, w_l[6];
-      std::vector<double> f_l;
-      lammps_labels(*c, file, e_l, f_l, w_l);
+      const Recomputed ref = lammps_labels(c->cell, c->x, "torch", file + " Si", true);
+      const double e_l = ref.energy, *w_l = ref.virial;
+      const std::vector<double> &f_l = ref.forces;
       const std::vector<int64_t> species(c->x.size() / 3, 0);
       const auto g = MLTorch::periodic_graph(c->cell, pbc, c->x.data(), species,
                                              model.metadata().cutoff);

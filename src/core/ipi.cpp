@@ -44,6 +44,16 @@ static std::string errno_text()
 
 using Clock = std::chrono::steady_clock;
 
+// the 12 bytes of a header as text, its padding off; what a header may hold
+// is printable ASCII (else say so, not print the bytes)
+static std::string header_text(std::string h)
+{
+  h.erase(h.find_last_not_of(' ') + 1);
+  for (char c : h)
+    if (c < 32 || c > 126) return "<" + std::to_string(kHeader) + " bytes that are no header>";
+  return h;
+}
+
 static double seconds_since(Clock::time_point t0)
 {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -370,11 +380,6 @@ struct Candidate {
 };
 }    // namespace
 
-// send INIT: a string of one byte, as ASE sends it. Quantum ESPRESSO reads
-// exactly one byte of it whatever its length says (its update_flags);
-// CP2K, fix ipi and i-PI's drivers read the length they are given
-static constexpr int kInitLength = 1;
-static constexpr char kInitString[kInitLength] = {'\0'};
 
 void IpiServer::accept_client(double timeout_s)
 {
@@ -428,12 +433,8 @@ void IpiServer::accept_client(double timeout_s)
         }
         if (n > 0) c.got.append(buf, static_cast<std::size_t>(n));
         if (c.got.size() == kHeader) {
-          std::string status = c.got;
+          const std::string status = header_text(c.got);
           c.got.clear();
-          status.erase(status.find_last_not_of(' ') + 1);
-          bool printable = true;
-          for (char ch : status) printable = printable && ch >= 32 && ch <= 126;
-          if (!printable) status = "<12 bytes that are no header>";
           try {
             if (status == "READY") {
               client_fd = c.fd;
@@ -448,11 +449,7 @@ void IpiServer::accept_client(double timeout_s)
               return;
             }
             if (status == "NEEDINIT" && !c.init_sent) {
-              const int bead = 0, len = kInitLength;
-              send_header(c.fd, "INIT");
-              send_all(c.fd, &bead, sizeof(bead));
-              send_all(c.fd, &len, sizeof(len));
-              send_all(c.fd, kInitString, kInitLength);
+              send_init(c.fd);
               send_header(c.fd, "STATUS");
               c.init_sent = true;
               c.asked = Clock::now();
@@ -602,12 +599,20 @@ std::string IpiServer::recv_header(int fd, double limit, const char *awaited)
 {
   char buf[kHeader];
   recv_all(fd, buf, kHeader, limit, awaited);
-  std::string h(buf, kHeader);
-  h.erase(h.find_last_not_of(' ') + 1);
-  // what a header may hold: printable ASCII (else say so, not print bytes)
-  for (char c : h)
-    if (c < 32 || c > 126) return "<" + std::to_string(kHeader) + " bytes that are no header>";
-  return h;
+  return header_text(std::string(buf, kHeader));
+}
+
+void IpiServer::send_init(int fd)
+{
+  // a string of one byte, as ASE sends it: Quantum ESPRESSO reads exactly
+  // one byte of it whatever its length says (its update_flags); CP2K, fix
+  // ipi and i-PI's drivers read the length they are given
+  const int bead = 0, len = 1;
+  const char init = '\0';
+  send_header(fd, "INIT");
+  send_all(fd, &bead, sizeof(bead));
+  send_all(fd, &len, sizeof(len));
+  send_all(fd, &init, 1);
 }
 
 void IpiServer::client_failed(const std::string &what)
@@ -649,11 +654,7 @@ IpiResult IpiServer::evaluate(const double *cell, const double *positions, int n
     send_header(client_fd, "STATUS");
     std::string status = recv_header(client_fd, limit, "STATUS");
     if (status == "NEEDINIT") {    // Quantum ESPRESSO asks before every configuration
-      const int bead = 0, len = kInitLength;
-      send_header(client_fd, "INIT");
-      send_all(client_fd, &bead, sizeof(bead));
-      send_all(client_fd, &len, sizeof(len));
-      send_all(client_fd, kInitString, kInitLength);
+      send_init(client_fd);
       send_header(client_fd, "STATUS");
       status = recv_header(client_fd, limit, "STATUS after INIT");
     }

@@ -138,6 +138,7 @@ class IpiServer {
   // `limit`: seconds to wait for each part of the message (< 0: none)
   void recv_all(int fd, void *data, std::size_t n, double limit, const char *awaited);
   void send_header(int fd, const char *h);
+  void send_init(int fd);
   std::string recv_header(int fd, double limit, const char *awaited);
   [[noreturn]] void client_failed(const std::string &what);
   void drop_client();
