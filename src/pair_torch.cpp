@@ -323,22 +323,18 @@ void PairTorch::init_style()
                "use 'units {}' or a model exported for {} units",
                model_path(), meta.units, update->unit_style, meta.units, update->unit_style);
 
-  // pair_style hybrid takes its ghost-neighbor flag from its sub-styles when
-  // it is defined, before pair_coeff tells us the model's depth
-  if (nlayers > 1 && force->pair != this && !private_instance)
-    error->all(FLERR,
-               "Pair style torch: message-passing model {} ({} layers) cannot be a pair_style "
-               "hybrid sub-style; use it as the only pair style",
-               model_path(), nlayers);
-
   MLTorchLmp::request_full_list(neighbor, this, nlayers > 1 && !use_exchange, instance_me);
 
-  // pair_style hybrid took its sub-styles' communication sizes in its
+  // pair_style hybrid(/overlay), e.g. a D3 correction on top of the model
+  // (compute() checks that a message-passing model has every type pair),
+  // took its sub-styles' communication sizes and ghost-neighbor flag in its
   // settings, before pair_coeff gave this style its committee (3 values per
-  // member and atom): Comm sizes its buffers from the hybrid style's
+  // member and atom) and its depth (thick ghosts need ghost lists); Comm
+  // and Neighbor take them from the hybrid style
   if (force->pair && force->pair != this && !private_instance) {
     force->pair->comm_forward = std::max(force->pair->comm_forward, comm_forward);
     force->pair->comm_reverse = std::max(force->pair->comm_reverse, comm_reverse);
+    if (ghostneigh) force->pair->ghostneigh = 1;
   }
 
   // a model with L message-passing layers sees atoms L cutoffs away:
@@ -411,6 +407,15 @@ void PairTorch::compute(int eflag, int vflag)
   // steps a compute asks for it; under the exchange it needs the ghost
   // nodes, so no fold on those steps
   const bool moments = cvflag_atom && nlayers > 1;
+  // pair_style hybrid gives a sub-style that covers only some type pairs a
+  // skip list: a layer's messages through the skipped atoms would be lost
+  if (nlayers > 1 && list->iskip)
+    error->all(FLERR,
+               "Pair style torch: message-passing model {} ({} layers) inside pair_style hybrid "
+               "must be given every type pair (its layers pass messages through all atoms); use "
+               "pair_style hybrid/overlay with 'pair_coeff * * torch {} <element of each type>' "
+               "and put the other styles on top of it",
+               model_path(), nlayers, model_path());
   graph->build(list, !moments);
   if (log_ghosts) graph->log_ghost_counts(graph->size[0]);
   log_ghosts = false;

@@ -234,9 +234,15 @@ TEST_F(PairTorchErrors, DeviceThatDoesNotExist)
 TEST_F(PairTorchErrors, MessagePassingInsideHybrid)
 {
   box("metal", 2);
-  EXPECT_ERROR("(2 layers) cannot be a pair_style hybrid sub-style", "pair_style hybrid torch lj/cut 5.0",
+  // a type left out (NULL), and a type pair given to another sub-style
+  EXPECT_ERROR("(2 layers) inside pair_style hybrid must be given every type pair",
+               "pair_style hybrid torch lj/cut 5.0",
                "pair_coeff * * torch " + potentials + "/toy_mp2_Si.pt Si NULL",
                "pair_coeff 1 2 lj/cut 0.01 3.0", "pair_coeff 2 2 lj/cut 0.01 3.0", "run 0 post no");
+  EXPECT_ERROR("(2 layers) inside pair_style hybrid must be given every type pair",
+               "pair_style hybrid torch lj/cut 5.0",
+               "pair_coeff * * torch " + potentials + "/toy_mp2_Si.pt Si Si",
+               "pair_coeff 1 2 lj/cut 0.01 3.0", "run 0 post no");
 }
 
 TEST_F(PairTorchErrors, BadKeywords)
