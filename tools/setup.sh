@@ -155,6 +155,11 @@ if ! .venv-mace/bin/python -c "import mace, e3nn, mltorch.importers; assert e3nn
 fi
 # i-PI's own Python driver (i-pi-py_driver): a client of teacher ipi that
 # takes the NEEDINIT/INIT path (test IpiClients)
+# tad-dftd3: an independent DFT-D3 (PyTorch) that the D3 test checks
+# pair_style dispersion/d3 on top of SevenNet-0 against
+if ! .venv/bin/python -c "import tad_dftd3" 2>/dev/null; then
+  .venv/bin/python -m pip install -q "tad-dftd3==0.7.0" "$torch_spec"
+fi
 if ! .venv/bin/python -c "import ipi" 2>/dev/null || [ ! -x .venv/bin/i-pi-py_driver ]; then
   .venv/bin/python -m pip install -q "ipi==3.3.1"
 fi

@@ -75,9 +75,11 @@ def write_data(path, pos, cell, symbols, elements=ELEMENTS):
 
 
 def run_lammps(model, pos, cell, symbols, ranks, elements=ELEMENTS, launcher=None,
-               units="metal"):
+               units="metal", pair=None):
     """Energy, forces [n,3], virial [6] (xx yy zz xy xz yz, energy units) and
-    per-atom energies, under LAMMPS `units` (metal: eV; real: kcal/mol)."""
+    per-atom energies, under LAMMPS `units` (metal: eV; real: kcal/mol).
+    `pair`: other pair_style and pair_coeff lines than the model's alone."""
+    pair = pair or f"pair_style torch\npair_coeff * * {model} {' '.join(elements)}"
     work = tempfile.mkdtemp(prefix="imported-")
     write_data(os.path.join(work, "cell.data"), pos, cell, symbols, elements)
     script = f"""
@@ -85,8 +87,7 @@ units {units}
 atom_style atomic
 atom_modify map array
 read_data cell.data
-pair_style torch
-pair_coeff * * {model} {' '.join(elements)}
+{pair}
 compute pea all pe/atom
 compute vir all pressure NULL virial
 thermo_style custom step pe

@@ -98,6 +98,85 @@ def shipped_sevenn_checkpoints():
     return out
 
 
+# LAMMPS's dispersion/d3 constants (the original DFT-D3 code's), used to give
+# tad-dftd3 (atomic units) the same Bohr and Hartree
+D3_BOHR, D3_HARTREE = 0.52917725, 27.21140795
+
+
+def periodic_d3(pos, cell, symbols, rdisp, rcn):
+    """D3(BJ) with PBE's parameters of a periodic cell by tad-dftd3, a
+    molecular code: the cell's atoms and every image within rdisp + rcn of
+    them (their coordination numbers need rcn more), the energy of the cell's
+    atoms (atom-resolved, half of each pair's), forces and virial by autograd
+    through positions and a strain (images move with the atoms they copy)."""
+    import torch
+    import tad_dftd3 as d3
+    from ase.data import atomic_numbers
+    pos_t = torch.tensor(pos, dtype=torch.float64, requires_grad=True)
+    cell_t = torch.tensor(cell, dtype=torch.float64)
+    strain = torch.zeros(3, 3, dtype=torch.float64, requires_grad=True)
+    reach = rdisp + rcn
+    heights = abs(np.linalg.det(cell)) / np.linalg.norm(np.cross(cell[[1, 2, 0]], cell[[2, 0, 1]]), axis=1)
+    nmax = np.ceil(reach / heights).astype(int)
+    shifts = np.array([(a, b, c) for a in range(-nmax[0], nmax[0] + 1) for b in range(-nmax[1], nmax[1] + 1)
+                       for c in range(-nmax[2], nmax[2] + 1)], dtype=float)
+    # images within reach of some atom of the cell; the cell itself first
+    shifts = shifts[np.argsort(np.abs(shifts).sum(1), kind="stable")]
+    images = (pos[None, :, :] + (shifts @ cell)[:, None, :]).reshape(-1, 3)
+    near = np.linalg.norm(images[:, None, :] - pos[None, :, :], axis=2).min(1) <= reach
+    index = np.tile(np.arange(len(pos)), len(shifts))[near]
+    offset = np.repeat(shifts, len(pos), axis=0)[near]
+    eye = torch.eye(3, dtype=torch.float64) + strain
+    cluster = (pos_t[torch.tensor(index)] + torch.tensor(offset) @ cell_t) @ eye
+    numbers = torch.tensor([atomic_numbers[symbols[i]] for i in index])
+    param = {k: torch.tensor(v, dtype=torch.float64)
+             for k, v in {"s6": 1.0, "a1": 0.4289, "s8": 0.7875, "a2": 4.4407, "s9": 0.0}.items()}
+    cutoff = d3.Cutoff(cn=rcn / D3_BOHR, disp2=rdisp / D3_BOHR, disp3=rdisp / D3_BOHR)
+    atom = d3.dftd3(numbers, cluster / D3_BOHR, param, cutoff=cutoff)[:len(pos)] * D3_HARTREE
+    energy = atom.sum()
+    grad_x, grad_e = torch.autograd.grad(energy, (pos_t, strain))
+    w = -grad_e.numpy()
+    return {"energy": energy.item(), "forces": -grad_x.numpy(), "energies": atom.detach().numpy(),
+            "virial": np.array([w[0, 0], w[1, 1], w[2, 2], w[0, 1], w[0, 2], w[1, 2]]),
+            "images": len(index)}
+
+
+@unittest.skipUnless(os.environ.get("ML_TORCH_LMP"), "ML_TORCH_LMP (the lmp executable) not set")
+@unittest.skipUnless(has("sevenn") and has("tad_dftd3"), "sevenn or tad-dftd3 is not installed")
+class SevenNetD3(unittest.TestCase):
+    """SevenNet-0 with a D3(BJ) correction as SevenNet's docs run it:
+    pair_style hybrid/overlay torch dispersion/d3 equals SevenNet-0 alone
+    plus D3 computed independently (tad-dftd3, a PyTorch DFT-D3) on the same
+    periodic triclinic cell, on 1 and 3 ranks."""
+
+    def test_overlay_equals_sevennet_plus_tad_dftd3(self):
+        work = tempfile.mkdtemp(prefix="d3-")
+        model = os.path.join(work, "7net-0_f64.pt")
+        print(import_model(model, "float64"))
+        pos, cell, symbols = small_cell(["Zn", "S", "Zn", "Se", "Zn", "S", "Zn", "S"], a=5.6, seed=11)
+        rdisp, rcn = 9.0, 6.0
+        alone = run_lammps(model, pos, cell, symbols, 1)
+        d3 = periodic_d3(pos, cell, symbols, rdisp, rcn)
+        ref = {k: alone[k] + d3[k] for k in ("energy", "forces", "virial", "energies")}
+        print(f"D3(BJ, PBE) by tad-dftd3 over {d3['images']} atoms and images: {d3['energy']:.6f} eV "
+              f"of {ref['energy']:.6f} eV; largest D3 force {np.abs(d3['forces']).max():.4f} eV/A")
+        overlay = (f"pair_style hybrid/overlay torch dispersion/d3 bj pbe {rdisp} {rcn}\n"
+                   f"pair_coeff * * torch {model} {' '.join(ELEMENTS)}\n"
+                   f"pair_coeff * * dispersion/d3 {' '.join(ELEMENTS)}")
+        for ranks in (1, 3):
+            got = run_lammps(model, pos, cell, symbols, ranks, pair=overlay)
+            self.assertIn("halo exchange", got["log"])
+            # D3's share, so that the tolerance speaks of D3 and not of the total
+            mine = {k: got[k] - alone[k] for k in ("energy", "forces", "virial", "energies")}
+            scale = {k: np.abs(d3[k]).max() for k in mine}
+            dev = {k: np.abs(mine[k] - d3[k]).max() / scale[k] for k in mine}
+            print(f"{ranks} rank(s): overlay - SevenNet-0 vs tad-dftd3, relative to D3's own size: "
+                  + ", ".join(f"{k} {v:.2g}" for k, v in dev.items()))
+            for k, v in dev.items():
+                self.assertLess(v, 1e-7, k)
+            self.assertLess(abs(got["energy"] - ref["energy"]) / abs(ref["energy"]), 1e-8)
+
+
 @unittest.skipUnless(has("sevenn"), "sevenn is not installed in this environment")
 class SevenNetCheckpoints(unittest.TestCase):
     """Every checkpoint the sevenn wheel ships, every modality (fidelity head)
