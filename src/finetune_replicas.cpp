@@ -152,8 +152,13 @@ void FinetuneReplicas::save(const std::string &path,
   // replicas wait for each other in reductions: an error on one of them
   // alone would leave the others hanging
   MLTorchLmp::stop_collectively(error, universe->uworld, message.empty(), message);
-  if (comm->me == 0 && log)
+  // the replicas hold the same model: the first partition's file is theirs
+  if (comm->me == 0 && log && universe->me == 0)
     utils::logmesg(lmp, "fix torch/finetune: saved {} after {} updates to {}{}\n",
                    nm > 1 ? "the committee" : "model", nupdates, path,
                    nm > 1 ? " ... " + MLTorch::member_file(path, nm - 1) : "");
+  else if (comm->me == 0 && log)
+    utils::logmesg(lmp, "fix torch/finetune: {} after {} updates saved by partition 1 (the "
+                        "replicas' models are identical), not by this replica\n",
+                   nm > 1 ? "the committee" : "model", nupdates);
 }

@@ -233,6 +233,15 @@ void FixTorchFinetune::init()
                             "end_of_step fixes there); unfix it, or run MD to train");
     rerun_warned = true;
   }
+  // minimize, neb (each partition an image) and fix box/relax invoke no
+  // post_force fix: the model stays as it is while they run
+  if (update->whichflag == 2 && !minimize_warned) {
+    if (comm->me == 0)
+      error->warning(FLERR, "Fix torch/finetune trains during MD only: it is idle during {} (an "
+                            "energy minimization) and the model stays as it is",
+                     input->command ? input->command : "the minimization");
+    minimize_warned = true;
+  }
   teacher->init(force->pair_match("^torch", 0));
   // LAMMPS sizes its communication buffers from force->pair and the fixes:
   // the teacher (not force->pair) communicates through them too (e.g. eam

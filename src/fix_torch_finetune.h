@@ -99,7 +99,7 @@ class FixTorchFinetune : public Fix {
   // vector element 12; 13 is the trainer's time in the gradient reduction)
   double time_update = 0.0;
   bool replay_warned = false;
-  bool rerun_warned = false;
+  bool rerun_warned = false, minimize_warned = false;
   // the largest restart record LAMMPS stores for a fix (an int byte count);
   // a test lowers it to reach the error without a 2 GB model
   static std::size_t max_restart_bytes;
