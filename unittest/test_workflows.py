@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import unittest
 
@@ -27,8 +28,23 @@ LMP = os.environ.get("ML_TORCH_LMP")
 POT = os.environ.get("LAMMPS_POTENTIALS", "")
 MODEL = os.path.join(root, "potentials", "sw_Si.pt")
 STUDENT = os.path.join(root, "examples", "finetune", "si_student.pt")
-PAIRS = {"native": f"pair_style sw\npair_coeff * * {POT}/Si.sw Si",
-         "torch": f"pair_style torch\npair_coeff * * {MODEL} Si"}
+EXAMPLES = os.path.join(root, "examples", "workflows")
+# the model's lines in the examples, and LAMMPS's own sw in their place
+TORCH_PAIR = "pair_style      torch\npair_coeff      * * ../../potentials/sw_Si.pt Si"
+PAIRS = {"native": f"pair_style sw\npair_coeff * * {POT}/Si.sw Si", "torch": TORCH_PAIR}
+
+
+def example(name, kind="torch", extra="", model=None):
+    """examples/workflows/`name` as the test runs it elsewhere: with the
+    model (`model` for sw_Si.pt) or native sw, `extra` lines after the pair
+    style, the example's relative paths made absolute."""
+    with open(os.path.join(EXAMPLES, name)) as f:
+        text = f.read()
+    # in.d3 runs its own model: only its paths change
+    assert TORCH_PAIR in text or (kind == "torch" and not extra and not model), name
+    pair = PAIRS[kind] if not model else TORCH_PAIR.replace("../../potentials/sw_Si.pt", model)
+    text = text.replace(TORCH_PAIR, pair + ("\n" + extra if extra else ""))
+    return text.replace("../../build/lammps-potentials", POT).replace("../../", root + "/")
 
 
 def run_lmp(script, work, ranks=1, partitions=None, name="in.workflow"):
@@ -70,19 +86,6 @@ def rel(a, b):
     return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-300))
 
 
-def silicon(nrep=2, a=5.431, vacancy=False, seed=12345, rattle=0.05):
-    """A diamond Si crystal (atoms 1..8 nrep^3, atom 1 at the origin removed for
-    a vacancy), rattled, as LAMMPS input lines."""
-    lines = ["units metal", "atom_style atomic", "atom_modify map array sort 0 0.0", "boundary p p p",
-             f"lattice diamond {a}", f"region box block 0 {nrep} 0 {nrep} 0 {nrep}", "create_box 1 box",
-             "create_atoms 1 box", "mass 1 28.0855"]
-    if vacancy:
-        lines += ["group gone id 1", "delete_atoms group gone compress no"]
-    if rattle:
-        lines.append(f"displace_atoms all random {rattle} {rattle} {rattle} {seed} units box")
-    return "\n".join(lines) + "\n"
-
-
 def report(what, **devs):
     print(f"{what}: torch vs native, largest relative difference "
           + ", ".join(f"{k} {v:.2g}" for k, v in devs.items()))
@@ -90,27 +93,16 @@ def report(what, **devs):
 
 @unittest.skipUnless(LMP and POT, "ML_TORCH_LMP and LAMMPS_POTENTIALS must be set")
 class Workflows(unittest.TestCase):
-    def both(self, make, **kw):
-        """Run the script make(pair) for native sw and the torch model."""
+    def both(self, name, **kw):
+        """Run example `name` with native sw and with the torch model."""
         out = {}
-        for kind, pair in PAIRS.items():
+        for kind in PAIRS:
             work = tempfile.mkdtemp(prefix=f"workflow-{kind}-")
-            out[kind] = (run_lmp(make(pair), work, **kw), work)
+            out[kind] = (run_lmp(example(name, kind), work, **kw), work)
         return out
 
     def test_minimize_and_box_relax(self):
-        def script(pair):
-            return silicon(3, a=5.38, vacancy=True) + pair + """
-thermo_style custom step pe press lx ly lz
-thermo_modify format float %.15g
-minimize 0.0 1.0e-10 1000 10000
-print "RESULT $(pe:%.17g) $(step)"
-fix relax all box/relax aniso 0.0 vmax 0.001
-minimize 0.0 1.0e-10 2000 20000
-print "RESULT $(pe:%.17g) $(lx:%.17g) $(ly:%.17g) $(lz:%.17g) $(press:%.17g)"
-write_dump all custom final.dump id x y z modify sort id format float %.17g
-"""
-        out = self.both(script)
+        out = self.both("in.relax")
         fixed = [result(o.split("fix relax")[0]) for o, _ in (out["native"], out["torch"])]
         got, ref = (result(out[k][0]) for k in ("torch", "native"))
         x = [sorted_dump(os.path.join(out[k][1], "final.dump")) for k in ("torch", "native")]
@@ -124,41 +116,6 @@ write_dump all custom final.dump id x y z modify sort id format float %.17g
         self.assertLess(np.abs(x[0] - x[1]).max(), 1e-7)
         self.assertGreater(ref[1] - 3 * 5.38, 0.03)      # the box did relax (5.38 -> ~5.43 A)
 
-    @staticmethod
-    def neb_work(prefix):
-        """A folder with LAMMPS's own NEB example of a vacancy hop in Si
-        (examples/fire: 511 atoms, the hopping atom's final position)."""
-        work = tempfile.mkdtemp(prefix=prefix)
-        example = os.path.join(os.path.dirname(os.path.realpath(POT)), "examples", "fire")
-        for name in ("initial.sivac", "final.sivac"):
-            shutil.copy(os.path.join(example, name), work)
-        return work
-
-    def neb_script(self, pair, extra=""):
-        # LAMMPS's examples/fire/in.neb.sivac.fire with 4 images and our pair style
-        return """units metal
-atom_style atomic
-atom_modify map array sort 0 0.0
-boundary p p p
-read_data initial.sivac
-group del id 300
-delete_atoms group del compress no
-""" + pair + "\n" + extra + """
-variable u uloop 4
-# the vacancy's neighbours pushed off their symmetric sites: sw's relaxed
-# vacancy is the distorted one (-2213.3374 eV as in LAMMPS's example log; from
-# the symmetric start the minimizer stays in a state 1.67 eV above)
-group vacneigh id 174 175 301 304 306 331 337
-displace_atoms vacneigh random 0.5 0.5 0.5 123456 units box
-minimize 0.0 1.0e-8 5000 50000
-reset_timestep 0
-fix neb all neb 1.0
-thermo 100
-timestep 0.01
-min_style fire
-neb 0.0 0.01 100 100 10 final final.sivac
-"""
-
     def neb_barrier(self, text):
         """Energy barrier and the images' reaction coordinates and energies of
         the last step NEB printed (universe screen)."""
@@ -169,8 +126,9 @@ neb 0.0 0.01 100 100 10 final final.sivac
 
     def test_neb_vacancy_migration(self):
         out = {}
-        for kind, pair in PAIRS.items():
-            out[kind] = run_lmp(self.neb_script(pair), self.neb_work(f"neb-{kind}-"), ranks=4, partitions=4)
+        for kind in PAIRS:
+            out[kind] = run_lmp(example("in.neb", kind), tempfile.mkdtemp(prefix=f"neb-{kind}-"),
+                                ranks=4, partitions=4)
         (eb_t, path_t), (eb_n, path_n) = self.neb_barrier(out["torch"]), self.neb_barrier(out["native"])
         report("NEB, Si vacancy hop (LAMMPS's examples/fire), 4 images on 4 partitions", barrier=rel(eb_t, eb_n),
                path=rel(path_t, path_n))
@@ -180,19 +138,7 @@ neb 0.0 0.01 100 100 10 final final.sivac
         self.assertLess(rel(path_t, path_n), 1e-8)
 
     def test_pimd_langevin_4_beads(self):
-        def script(pair):
-            return silicon(2) + pair + """
-variable ibead uloop 4 pad
-velocity all create 300.0 4928459 loop geom
-fix pimd all pimd/langevin method nmpimd ensemble nvt integrator obabo thermostat PILE_L 1234 tau 1.0 temp 300.0 fixcom no
-timestep 0.0005
-thermo_style custom step pe f_pimd[*]
-thermo 50
-run 200
-print "RESULT $(pe:%.17g)"
-write_dump all custom bead${ibead}.dump id x y z vx vy vz modify sort id format float %.17g
-"""
-        out = self.both(script, ranks=4, partitions=4)
+        out = self.both("in.pimd", ranks=4, partitions=4)
         devs, pes = [], []
         for b in range(1, 5):
             d = [sorted_dump(os.path.join(out[k][1], f"bead{b}.dump")) for k in ("torch", "native")]
@@ -204,23 +150,12 @@ write_dump all custom bead${ibead}.dump id x y z vx vy vz modify sort id format 
         self.assertLess(max(devs), 1e-8)
         self.assertLess(max(pes), 1e-10)
 
-    def temper_script(self, pair, extra="", printed="$(pe:%.17g)"):
-        return silicon(2) + pair + """
-variable t world 300.0 330.0 360.0 390.0
-velocity all create $t 4928459 loop geom
-""" + extra + """
-fix md all nvt temp $t $t 0.05
-timestep 0.001
-thermo 100
-temper 1000 50 $t md 3847 58382
-print "RESULT """ + printed + '"\n'
-
     def swaps(self, text):
         """The temper lines of the universe screen: step and the temperature of each replica."""
         return [l.split() for l in text.splitlines() if re.match(r"^\d+(\s+\d+){4}$", l.strip())]
 
     def test_temper_swaps(self):
-        out = self.both(lambda pair: self.temper_script(pair), ranks=4, partitions=4)
+        out = self.both("in.temper", ranks=4, partitions=4)
         s_t, s_n = self.swaps(out["torch"][0]), self.swaps(out["native"][0])
         changes = sum(1 for a, b in zip(s_n, s_n[1:]) if a[1:] != b[1:])
         print(f"temper, 4 replicas at 300-390 K, 1000 steps, swaps tried every 50: {len(s_n)} lines, "
@@ -230,11 +165,7 @@ print "RESULT """ + printed + '"\n'
         self.assertEqual(s_t, s_n)
 
     def test_dynamical_matrix_and_phonons(self):
-        def script(pair):
-            return silicon(2, rattle=0.0) + pair + """
-dynamical_matrix all regular 1.0e-4 file dynmat.bin binary yes
-"""
-        out = self.both(script)
+        out = self.both("in.phonons")
         n = 3 * 64
         mats = [np.fromfile(os.path.join(out[k][1], "dynmat.bin"), dtype=np.float64).reshape(n, n)
                 for k in ("torch", "native")]
@@ -248,6 +179,30 @@ dynamical_matrix all regular 1.0e-4 file dynmat.bin binary yes
         self.assertLess(rel(mats[0], mats[1]), 1e-8)
         self.assertLess(rel(w2[0], w2[1]), 1e-8)
         self.assertTrue(16.0 < thz.max() < 19.0, thz.max())     # 17.83 THz with sw
+        # the example's own script prints the same
+        printed = subprocess.run([sys.executable, os.path.join(EXAMPLES, "phonons.py"),
+                                  os.path.join(out["torch"][1], "dynmat.bin")],
+                                 capture_output=True, text=True, check=True).stdout
+        self.assertIn(f"highest frequency {thz.max():.4f} THz", printed)
+
+    def test_d3_example_is_model_plus_d3(self):
+        """in.d3 (2 ranks): the overlay's energy at the start equals the
+        message-passing model's alone plus dispersion/d3's alone."""
+        work = tempfile.mkdtemp(prefix="d3-")
+        text = example("in.d3").replace("run             50", "run             50\nprint \"RESULT $(pe:%.17g)\"")
+        screen = run_lmp(text, work, ranks=2)
+        rows = [l.split() for l in screen.splitlines() if re.match(r"^\s+0\s+600\s", l)]
+        overlay, model, d3 = (float(w) for w in rows[0][2:5])
+        alone = {}
+        for style, coeff in (("torch", f"* * {root}/potentials/si_mp2.pt Si"), ("dispersion/d3 bj pbe 12.0 8.0", "* * Si")):
+            lines = text.split("\npair_style      hybrid")[0] + f"\npair_style {style}\npair_coeff {coeff}\nrun 0\nprint \"RESULT $(pe:%.17g)\"\n"
+            alone[style.split()[0]] = result(run_lmp(lines, tempfile.mkdtemp(prefix="d3-alone-"), ranks=2))[0]
+        print(f"in.d3 at step 0: overlay {overlay} eV = model {model} + D3 {d3}; alone: model "
+              f"{alone['torch']:.8f}, D3 {alone['dispersion/d3']:.8f}")
+        self.assertLess(abs(alone["torch"] + alone["dispersion/d3"] - overlay), 1e-4)   # thermo prints 8 digits
+        self.assertLess(abs(alone["torch"] - model), 1e-4)
+        self.assertLess(abs(alone["dispersion/d3"] - d3), 1e-4)
+        self.assertLess(d3, -60.0)
 
     # --- fix torch/finetune under the multi-partition commands -------------
 
@@ -272,26 +227,20 @@ dynamical_matrix all regular 1.0e-4 file dynmat.bin binary yes
         fix trains one model on the beads' configurations (the gradient
         averaged over them), identical in every bead."""
         work = tempfile.mkdtemp(prefix="pimd-finetune-")
-        script = silicon(2) + f"pair_style torch\npair_coeff * * {STUDENT} Si\n" + """
-variable ibead uloop 2 pad
-velocity all create 300.0 4928459 loop geom
-""" + self.finetune_line(work) + """
-fix pimd all pimd/langevin method nmpimd ensemble nvt integrator obabo thermostat PILE_L 1234 tau 1.0 temp 300.0 fixcom no
-timestep 0.0005
-thermo 50
-run 100
-print "RESULT $(f_ft[7]) $(f_ft[3]:%.17g)"
-"""
+        # in.pimd on 2 beads, the fix's result printed besides the energy
+        script = example("in.pimd", extra=self.finetune_line(work), model=STUDENT).replace(
+            "uloop 4", "uloop 2").replace('print           "RESULT ', 'print           "RESULT $(f_ft[7]) ')
         run_lmp(script, work, ranks=2, partitions=2)
-        n = self.replicas_trained_alike(work, 2, 20)
+        n = self.replicas_trained_alike(work, 2, 40)
         print(f"fix torch/finetune under fix pimd/langevin, 2 beads: {n:.0f} updates, the beads' "
               f"parameters equal after each (check 1)")
 
     def test_finetune_temperatures_are_replicas(self):
         """Under temper each temperature's partition is a replica."""
         work = tempfile.mkdtemp(prefix="temper-finetune-")
-        pair = f"pair_style torch\npair_coeff * * {STUDENT} Si\n"
-        run_lmp(self.temper_script(pair, self.finetune_line(work), "$(f_ft[7])"), work, ranks=4, partitions=4)
+        script = example("in.temper", extra=self.finetune_line(work), model=STUDENT).replace(
+            'print           "RESULT ', 'print           "RESULT $(f_ft[7]) ')
+        run_lmp(script, work, ranks=4, partitions=4)
         n = self.replicas_trained_alike(work, 4, 200)
         print(f"fix torch/finetune under temper, 4 replicas: {n:.0f} updates, the replicas' "
               f"parameters equal after each (check 1)")
@@ -301,10 +250,9 @@ print "RESULT $(f_ft[7]) $(f_ft[3]:%.17g)"
         and the path is that of the model as it is."""
         out = {}
         for with_fix in (False, True):
-            work = self.neb_work("neb-finetune-")
+            work = tempfile.mkdtemp(prefix="neb-finetune-")
             extra = self.finetune_line(work) if with_fix else ""
-            run_lmp(self.neb_script(f"pair_style torch\npair_coeff * * {STUDENT} Si\n", extra), work,
-                    ranks=4, partitions=4)
+            run_lmp(example("in.neb", extra=extra, model=STUDENT), work, ranks=4, partitions=4)
             out[with_fix] = work
         logs = [read(os.path.join(out[True], f"log.lammps.{p}")) for p in range(4)]
         for log in logs:
