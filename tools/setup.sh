@@ -201,6 +201,7 @@ if [ "$kokkos" = 1 ]; then
   "$kdir/in-root" env CCACHE_DIR="$cache/ccache-debian13" CCACHE_BASEDIR="$here" \
     cmake -S "$here" -B "$kdir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLAMMPS_SOURCE_DIR="$lammps_dir" \
           -DML_TORCH_KOKKOS=ON -DTorch_DIR="$torch_prefix/share/cmake/Torch" \
+          -DML_TORCH_LAMMPS_PACKAGES="MANYBODY;MISC" \
           -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache
   "$kdir/in-root" env CCACHE_DIR="$cache/ccache-debian13" CCACHE_BASEDIR="$here" \
     cmake --build "$kdir" -j "$jobs"

@@ -22,6 +22,8 @@ ln -s "$lammps/potentials" "$tree/potentials"
 "$here/tools/install_into_lammps.sh" "$tree" > /dev/null
 test "$(grep -c '^  ML-TORCH$' "$tree/cmake/CMakeLists.txt")" = 1
 
+# paths under the checkout hash relative, so another clone reuses the cache
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$here}
 launcher=()
 command -v ccache > /dev/null && launcher=(-D CMAKE_CXX_COMPILER_LAUNCHER=ccache -D CMAKE_C_COMPILER_LAUNCHER=ccache)
 cmake -S "$tree/cmake" -B "$work/build" -G Ninja -C "$tree/cmake/presets/basic.cmake" \
