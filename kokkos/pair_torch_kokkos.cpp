@@ -185,6 +185,7 @@ template <class DeviceType> void PairTorchKokkos<DeviceType>::compute(int eflag_
     atomKK->modified(execution_space, F_MASK);
   f = atomKK->k_f.template view<DeviceType>();
 
+  require_all_type_pairs();
   kgraph->build_device(list);
   if (log_ghosts) kgraph->log_ghost_counts(static_cast<double>(kgraph->nnodes_real));
   log_ghosts = false;

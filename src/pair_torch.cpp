@@ -407,15 +407,7 @@ void PairTorch::compute(int eflag, int vflag)
   // steps a compute asks for it; under the exchange it needs the ghost
   // nodes, so no fold on those steps
   const bool moments = cvflag_atom && nlayers > 1;
-  // pair_style hybrid gives a sub-style that covers only some type pairs a
-  // skip list: a layer's messages through the skipped atoms would be lost
-  if (nlayers > 1 && list->iskip)
-    error->all(FLERR,
-               "Pair style torch: message-passing model {} ({} layers) inside pair_style hybrid "
-               "must be given every type pair (its layers pass messages through all atoms); use "
-               "pair_style hybrid/overlay with 'pair_coeff * * torch {} <element of each type>' "
-               "and put the other styles on top of it",
-               model_path(), nlayers, model_path());
+  require_all_type_pairs();
   graph->build(list, !moments);
   if (log_ghosts) graph->log_ghost_counts(graph->size[0]);
   log_ghosts = false;
@@ -531,6 +523,23 @@ void PairTorch::finish()
                                               "waits included) {:.1f}%",
                                               100.0 * sum[2] / sum[0])
                                 : std::string());
+}
+
+/* ----------------------------------------------------------------------
+   pair_style hybrid: a message-passing model owns every type pair
+------------------------------------------------------------------------- */
+
+void PairTorch::require_all_type_pairs()
+{
+  // pair_style hybrid gives a sub-style that covers only some type pairs a
+  // skip list: a layer's messages through the skipped atoms would be lost
+  if (nlayers > 1 && list->iskip)
+    error->all(FLERR,
+               "Pair style torch: message-passing model {} ({} layers) inside pair_style hybrid "
+               "must be given every type pair (its layers pass messages through all atoms); use "
+               "pair_style hybrid/overlay with 'pair_coeff * * torch {} <element of each type>' "
+               "and put the other styles on top of it",
+               model_path(), nlayers, model_path());
 }
 
 /* ----------------------------------------------------------------------

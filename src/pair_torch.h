@@ -146,6 +146,9 @@ class PairTorch : public Pair, public TorchStudent {
   // the ERROR of a model that returns non-finite values (`where`: which
   // atoms), the same text for every back end
   void nonfinite_error(const std::string &where);
+  // pair_style hybrid's skip list: a message-passing model must own every
+  // type pair (ERROR otherwise), the same check for every back end
+  void require_all_type_pairs();
 };
 
 }    // namespace LAMMPS_NS

@@ -120,8 +120,10 @@ inline Snapshot run(Lammps &l, const System &s, const std::string &pair, const s
 {
   l.cmds(s.setup);
   l.cmd(pair);
-  l.cmd(coeff);
-  l.cmds({"compute pea all pe/atom", "compute sa all stress/atom NULL", "compute vir all pressure NULL virial",
+  std::istringstream coeffs(coeff);    // one pair_coeff per line (pair_style hybrid)
+  for (std::string line; std::getline(coeffs, line);) l.cmd(line);
+  l.cmds({"compute pea all pe/atom", "compute sa all stress/atom NULL virial",
+          "compute vir all pressure NULL virial",
           "thermo_style custom step pe press c_vir[1]",
           "fix md all nve", "run " + std::to_string(steps) + " post no"});
   Snapshot r;

@@ -97,6 +97,79 @@ INSTANTIATE_TEST_SUITE_P(Models, KokkosVsCpu, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
 
 /* ----------------------------------------------------------------------
+   torch/kk as a sub-style of KOKKOS's hybrid/overlay/kk, with sw/kk on
+   top (as a D3 correction sits on a model): the sum of the two styles run
+   alone, and pair_style torch inside the CPU hybrid after 20 NVE steps;
+   the layers' halo exchange and thick ghosts
+------------------------------------------------------------------------- */
+
+static Snapshot operator+(Snapshot a, const Snapshot &b)
+{
+  a.pe += b.pe;
+  for (auto [x, y] : {std::pair{&a.f, &b.f}, {&a.pe_atom, &b.pe_atom}, {&a.s_atom, &b.s_atom},
+                      {&a.virial, &b.virial}})
+    for (std::size_t i = 0; i < x->size() && i < y->size(); ++i) (*x)[i] += (*y)[i];
+  return a;
+}
+
+TEST(KokkosHybrid, OverlayEqualsSumAndCpuHybrid)
+{
+  const std::string sw = "pair_coeff * * sw " + lammps_potentials + "/Si.sw Si";
+  struct HybridCase {
+    std::string name, model, halo;
+    bool triclinic;
+  };
+  const HybridCase hcases[] = {{"si_mp2_exchange", potentials + "/si_mp2.pt", "", false},
+                               {"si_mp4_exchange_triclinic", test_models + "/si_mp4_layered.pt", "",
+                                true},
+                               {"si_mp2_thick", potentials + "/si_mp2.pt", " halo thick", false}};
+  for (const auto &c : hcases) {
+    const System sys{c.name, lattice("lattice diamond 5.431", 28.0855, 3, c.triclinic), ""};
+    const std::string torch = "pair_style torch" + c.halo;
+    const std::string hybrid = "pair_style hybrid/overlay torch" + c.halo + " sw";
+    const std::string hcoeff = "pair_coeff * * torch " + c.model + " Si\n" + sw;
+    Snapshot alone, both, cpu, kk;
+    {
+      Lammps l(true);
+      alone = run(l, sys, torch, "pair_coeff * * " + c.model + " Si", 0);
+    }
+    {
+      Lammps l(true);
+      alone = alone + run(l, sys, "pair_style sw", "pair_coeff * * " + lammps_potentials + "/Si.sw Si", 0);
+    }
+    {
+      Lammps l(true);
+      both = run(l, sys, hybrid, hcoeff, 0);
+      EXPECT_EQ(std::string(l.lmp->force->pair_style), "hybrid/overlay/kk");
+      const auto *sub = l.lmp->force->pair_match("torch", 1);
+      ASSERT_NE(sub, nullptr);
+      EXPECT_EQ(sub->kokkosable, 1) << "the torch sub-style is not torch/kk";
+    }
+    {
+      Lammps l(false);
+      cpu = run(l, sys, hybrid, hcoeff, 20);
+    }
+    {
+      Lammps l(true);
+      kk = run(l, sys, hybrid, hcoeff, 20);
+    }
+    const double s[5] = {rel(both.pe, alone.pe), rel(both.f, alone.f), rel(both.virial, alone.virial),
+                         rel(both.pe_atom, alone.pe_atom), rel(both.s_atom, alone.s_atom)};
+    const double d[5] = {rel(kk.pe, cpu.pe), rel(kk.f, cpu.f), rel(kk.virial, cpu.virial),
+                         rel(kk.pe_atom, cpu.pe_atom), rel(kk.s_atom, cpu.s_atom)};
+    if (me == 0)
+      std::printf("[ hybrid/kk ] %s on %d rank(s): overlay vs the styles alone: pe %.2g f %.2g "
+                  "virial %.2g pe/atom %.2g stress/atom %.2g; after 20 steps vs the CPU hybrid: pe "
+                  "%.2g f %.2g virial %.2g pe/atom %.2g stress/atom %.2g\n",
+                  c.name.c_str(), nprocs, s[0], s[1], s[2], s[3], s[4], d[0], d[1], d[2], d[3],
+                  d[4]);
+    for (double v : s) EXPECT_LE(v, 1e-12) << c.name;
+    for (double v : d) EXPECT_LE(v, 1e-12) << c.name;
+    EXPECT_GT(std::fabs(alone.virial[0]), 1.0);
+  }
+}
+
+/* ----------------------------------------------------------------------
    committee deviation with torch/kk (evaluated on the host graph of the
    device data) == with torch, after 10 NVE steps on the first member
 ------------------------------------------------------------------------- */
@@ -377,6 +450,23 @@ TEST(KokkosErrors, CentroidVirialNamesTheCpuStyle)
             std::string::npos)
       << "got: " << msg;
   EXPECT_NE(msg.find("run those steps with pair_style torch (without -sf kk)"), std::string::npos);
+}
+
+// a message-passing torch/kk inside hybrid/kk that another sub-style took a
+// type pair from: the same ERROR as pair_style torch's
+TEST(KokkosErrors, MessagePassingInsideHybridNeedsEveryTypePair)
+{
+  Lammps l(true);
+  auto setup = lattice("lattice diamond 5.431", 28.0855, 2, false);
+  setup[5] = "create_box 2 box";
+  setup.insert(setup.begin() + 7, "mass 2 28.0855");
+  setup.insert(setup.end(), {"pair_style hybrid torch lj/cut 5.0",
+                             "pair_coeff * * torch " + potentials + "/si_mp2.pt Si Si",
+                             "pair_coeff 1 2 lj/cut 0.01 3.0", "run 0 post no"});
+  const std::string msg = l.error_of(setup);
+  EXPECT_NE(msg.find("(2 layers) inside pair_style hybrid must be given every type pair"),
+            std::string::npos)
+      << "got: " << msg;
 }
 
 TEST(KokkosErrors, NewtonOffNamesThePackageSetting)
