@@ -153,7 +153,7 @@ void FinetuneReplicas::save(const std::string &path,
   // alone would leave the others hanging
   MLTorchLmp::stop_collectively(error, universe->uworld, message.empty(), message);
   // the replicas hold the same model: the first partition's file is theirs
-  if (comm->me == 0 && log && universe->me == 0)
+  if (log && universe->me == 0)    // rank 0 of partition 1
     utils::logmesg(lmp, "fix torch/finetune: saved {} after {} updates to {}{}\n",
                    nm > 1 ? "the committee" : "model", nupdates, path,
                    nm > 1 ? " ... " + MLTorch::member_file(path, nm - 1) : "");

@@ -123,7 +123,7 @@ FixTorchFinetune::FixTorchFinetune(LAMMPS *lmp, int narg, char **arg) :
                                                 set->dataset_mbytes, *model_, *set);
 
   vector_flag = 1;
-  size_vector = 17;
+  size_vector = 18;
   peratom_flag = 1;
   size_peratom_cols = 0;
   peratom_freq = nevery;
@@ -259,6 +259,13 @@ void FixTorchFinetune::init()
     }
     if (after) continue;
     const std::string style = modify->fix[i]->style;
+    // fix pimd/* turns the forces into normal-mode forces (and takes the
+    // virial from them) in its post_force: added after it, this fix's
+    // Cartesian force change would be wrong for every bead
+    if (utils::strmatch(style, "^pimd"))
+      error->all(FLERR, "Fix torch/finetune must be defined before fix {} ({}), which transforms "
+                        "the forces in its post_force; move the fix torch/finetune line above it",
+                 modify->fix[i]->id, style);
     for (const char *s : {"setforce", "aveforce", "freeze", "lineforce", "planeforce", "enforce2d"})
       if (utils::strmatch(style, std::string("^") + s) && comm->me == 0)
         error->warning(FLERR, "Fix torch/finetune: fix {} ({}) is defined before it and sets "
@@ -420,6 +427,7 @@ double FixTorchFinetune::compute_vector(int i)
   if (i == 14) return static_cast<double>(trainer->count.nknown);
   if (i == 15) return static_cast<double>(trainer->count.nabove);
   if (i == 16) return last_devi;
+  if (i == 17) return trainer->state().anchor_term();
   return trainer->stats[i];
 }
 

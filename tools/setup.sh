@@ -153,13 +153,13 @@ if ! .venv-mace/bin/python -c "import mace, e3nn, mltorch.importers; assert e3nn
   echo "(pip's note on e3nn above is about .venv's SevenNet and nequip seen from .venv-mace;" \
        ".venv keeps e3nn 0.6, .venv-mace has 0.4.4 for MACE)"
 fi
-# i-PI's own Python driver (i-pi-py_driver): a client of teacher ipi that
-# takes the NEEDINIT/INIT path (test IpiClients)
 # tad-dftd3: an independent DFT-D3 (PyTorch) that the D3 test checks
 # pair_style dispersion/d3 on top of SevenNet-0 against
 if ! .venv/bin/python -c "import tad_dftd3" 2>/dev/null; then
   .venv/bin/python -m pip install -q "tad-dftd3==0.7.0" "$torch_spec"
 fi
+# i-PI's own Python driver (i-pi-py_driver): a client of teacher ipi that
+# takes the NEEDINIT/INIT path (test IpiClients)
 if ! .venv/bin/python -c "import ipi" 2>/dev/null || [ ! -x .venv/bin/i-pi-py_driver ]; then
   .venv/bin/python -m pip install -q "ipi==3.3.1"
 fi

@@ -10,7 +10,6 @@
 
 #include "pair_fixtures.h"
 
-#include "neighbor.h"
 
 struct HybridCase {
   std::string name, model, halo;
@@ -56,7 +55,8 @@ TEST_P(HybridOverlay, EqualsSumOfStyles)
     return a;
   };
   Snapshot both = model;
-  // the same atoms (run 0 wrapped those that had left the box into it)
+  // the same atoms by construction (run 0 moves none; it only wraps into
+  // the box those that had left it): no position to compare
   both.x = overlay.x;
   both.pe = model.pe + disp.pe;
   both.virial = sum(model.virial, disp.virial);

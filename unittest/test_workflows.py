@@ -22,6 +22,10 @@ import unittest
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
+                                "workflows"))
+import phonons  # noqa: E402  (its THz factor)
+
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
 LMP = os.environ.get("ML_TORCH_LMP")
@@ -49,9 +53,11 @@ def example(name, kind="torch", extra="", model=None):
 
 def run_lmp(script, work, ranks=1, partitions=None, name="in.workflow"):
     """Run `script` in `work` on `ranks` MPI ranks (one per partition when
-    `partitions`); the screen output (universe screen with partitions)."""
-    with open(os.path.join(work, name), "w") as f:
-        f.write(script)
+    `partitions`); the screen output (universe screen with partitions).
+    Without `script` the input file `name` in `work` runs as it is."""
+    if script is not None:
+        with open(os.path.join(work, name), "w") as f:
+            f.write(script)
     cmd = [os.environ.get("ML_TORCH_MPIEXEC", "mpiexec"), "--allow-run-as-root", "--oversubscribe",
            "-np", str(ranks), LMP, "-nocite", "-in", name]
     if partitions:
@@ -63,9 +69,15 @@ def run_lmp(script, work, ranks=1, partitions=None, name="in.workflow"):
     return out.stdout
 
 
+def results(text):
+    """The numbers of each line that starts with 'RESULT ' (not the echoed
+    print commands of a log), in order."""
+    return [np.array([float(w) for w in line.split()]) for line in re.findall(r"^RESULT (.*)$", text, re.M)]
+
+
 def result(text):
     """The numbers of the last 'RESULT ...' line."""
-    return np.array([float(w) for w in text.split("RESULT ")[-1].split("\n")[0].split()])
+    return results(text)[-1]
 
 
 def sorted_dump(path):
@@ -94,16 +106,16 @@ def report(what, **devs):
 @unittest.skipUnless(LMP and POT, "ML_TORCH_LMP and LAMMPS_POTENTIALS must be set")
 class Workflows(unittest.TestCase):
     def both(self, name, **kw):
-        """Run example `name` with native sw and with the torch model."""
-        out = {}
-        for kind in PAIRS:
-            work = tempfile.mkdtemp(prefix=f"workflow-{kind}-")
-            out[kind] = (run_lmp(example(name, kind), work, **kw), work)
-        return out
+        """Run example `name` with native sw (in a scratch folder) and as it
+        is, with the torch model, in examples/workflows."""
+        work = tempfile.mkdtemp(prefix="workflow-native-")
+        return {"native": (run_lmp(example(name, "native"), work, **kw), work),
+                "torch": (run_lmp(None, EXAMPLES, name=name, **kw), EXAMPLES)}
 
     def test_minimize_and_box_relax(self):
         out = self.both("in.relax")
-        fixed = [result(o.split("fix relax")[0]) for o, _ in (out["native"], out["torch"])]
+        # RESULT lines: after the fixed-box minimization, after box/relax
+        fixed = [results(o)[0] for o, _ in (out["native"], out["torch"])]
         got, ref = (result(out[k][0]) for k in ("torch", "native"))
         x = [sorted_dump(os.path.join(out[k][1], "final.dump")) for k in ("torch", "native")]
         report("minimize, then fix box/relax aniso 0 (215 atoms, vacancy)", fixed_box_pe=rel(fixed[1][0], fixed[0][0]),
@@ -111,9 +123,10 @@ class Workflows(unittest.TestCase):
         print(f"native: energy {fixed[0][0]:.6f} eV (fixed box), {ref[0]:.6f} eV relaxed, box "
               f"{ref[1]:.6f} x {ref[2]:.6f} x {ref[3]:.6f} A, pressure {ref[4]:.3g} bar")
         self.assertLess(rel(fixed[1][0], fixed[0][0]), 1e-12)
-        self.assertLess(rel(got[0], ref[0]), 1e-10)
-        self.assertLess(rel(got[1:4], ref[1:4]), 1e-9)
-        self.assertLess(np.abs(x[0] - x[1]).max(), 1e-7)
+        self.assertEqual(len(results(out["torch"][0])), 2)
+        self.assertLess(rel(got[0], ref[0]), 1e-12)
+        self.assertLess(rel(got[1:4], ref[1:4]), 1e-11)
+        self.assertLess(np.abs(x[0] - x[1]).max(), 1e-9)
         self.assertGreater(ref[1] - 3 * 5.38, 0.03)      # the box did relax (5.38 -> ~5.43 A)
 
     def neb_barrier(self, text):
@@ -125,10 +138,7 @@ class Workflows(unittest.TestCase):
         return last[6], np.array(last[9:])
 
     def test_neb_vacancy_migration(self):
-        out = {}
-        for kind in PAIRS:
-            out[kind] = run_lmp(example("in.neb", kind), tempfile.mkdtemp(prefix=f"neb-{kind}-"),
-                                ranks=4, partitions=4)
+        out = {k: v[0] for k, v in self.both("in.neb", ranks=4, partitions=4).items()}
         (eb_t, path_t), (eb_n, path_n) = self.neb_barrier(out["torch"]), self.neb_barrier(out["native"])
         report("NEB, Si vacancy hop (LAMMPS's examples/fire), 4 images on 4 partitions", barrier=rel(eb_t, eb_n),
                path=rel(path_t, path_n))
@@ -147,8 +157,8 @@ class Workflows(unittest.TestCase):
             pes.append(rel(result(logs[0]), result(logs[1])))
         report("fix pimd/langevin, 4 beads on 4 partitions, 200 steps", positions_velocities=max(devs),
                bead_pe=max(pes))
-        self.assertLess(max(devs), 1e-8)
-        self.assertLess(max(pes), 1e-10)
+        self.assertLess(max(devs), 1e-10)
+        self.assertLess(max(pes), 1e-13)
 
     def swaps(self, text):
         """The temper lines of the universe screen: step and the temperature of each replica."""
@@ -158,9 +168,14 @@ class Workflows(unittest.TestCase):
         out = self.both("in.temper", ranks=4, partitions=4)
         s_t, s_n = self.swaps(out["torch"][0]), self.swaps(out["native"][0])
         changes = sum(1 for a, b in zip(s_n, s_n[1:]) if a[1:] != b[1:])
-        print(f"temper, 4 replicas at 300-390 K, 1000 steps, swaps tried every 50: {len(s_n)} lines, "
-              f"{changes} with a swap; torch's the same: {s_t == s_n}")
+        # each replica's energy at the end (its partition's log)
+        pes = [[result(read(os.path.join(out[k][1], f"log.lammps.{p}")))[0] for p in range(4)]
+               for k in ("torch", "native")]
+        print(f"temper, 4 replicas at 300-390 K, 1000 steps, swaps tried every 50: step 0 and "
+              f"{len(s_n) - 1} attempts, {changes} with a swap; torch's the same: {s_t == s_n}; "
+              f"final energies {rel(pes[0], pes[1]):.2g} relative")
         self.assertEqual(len(s_n), 21)
+        self.assertLess(rel(pes[0], pes[1]), 1e-10)
         self.assertGreater(changes, 0)
         self.assertEqual(s_t, s_n)
 
@@ -172,16 +187,15 @@ class Workflows(unittest.TestCase):
         # the mass-weighted dynamical matrix of the supercell (eV/A^2/amu): its
         # eigenvalues are the squared angular frequencies of the supercell's phonons
         w2 = [np.linalg.eigvalsh(0.5 * (m + m.T)) for m in mats]
-        thz = np.sqrt(np.clip(w2[1], 0, None)) * 15.633302     # sqrt(eV/A^2/amu) / 2 pi in THz
+        thz = np.sqrt(np.clip(w2[1], 0, None)) * phonons.THZ
         report("dynamical_matrix, 64-atom Si", matrix=rel(mats[0], mats[1]), squared_frequencies=rel(w2[0], w2[1]))
         print(f"native: highest supercell frequency {thz.max():.4f} THz (Si's optical phonon at "
               f"Gamma: 15.5 THz measured, higher with sw)")
-        self.assertLess(rel(mats[0], mats[1]), 1e-8)
-        self.assertLess(rel(w2[0], w2[1]), 1e-8)
+        self.assertLess(rel(mats[0], mats[1]), 1e-10)
+        self.assertLess(rel(w2[0], w2[1]), 1e-10)
         self.assertTrue(16.0 < thz.max() < 19.0, thz.max())     # 17.83 THz with sw
         # the example's own script prints the same
-        printed = subprocess.run([sys.executable, os.path.join(EXAMPLES, "phonons.py"),
-                                  os.path.join(out["torch"][1], "dynmat.bin")],
+        printed = subprocess.run([sys.executable, "phonons.py"], cwd=EXAMPLES,
                                  capture_output=True, text=True, check=True).stdout
         self.assertIn(f"highest frequency {thz.max():.4f} THz", printed)
 
@@ -189,19 +203,21 @@ class Workflows(unittest.TestCase):
         """in.d3 (2 ranks): the overlay's energy at the start equals the
         message-passing model's alone plus dispersion/d3's alone."""
         work = tempfile.mkdtemp(prefix="d3-")
-        text = example("in.d3").replace("run             50", "run             50\nprint \"RESULT $(pe:%.17g)\"")
+        # thermo with all digits
+        text = example("in.d3").replace("thermo          10", "thermo          10\nthermo_modify   format float %.17g")
         screen = run_lmp(text, work, ranks=2)
-        rows = [l.split() for l in screen.splitlines() if re.match(r"^\s+0\s+600\s", l)]
+        rows = [l.split() for l in screen.splitlines() if re.match(r"^\s+0(\s+[-0-9.e+]+){5}\s*$", l)]
         overlay, model, d3 = (float(w) for w in rows[0][2:5])
         alone = {}
         for style, coeff in (("torch", f"* * {root}/potentials/si_mp2.pt Si"), ("dispersion/d3 bj pbe 12.0 8.0", "* * Si")):
             lines = text.split("\npair_style      hybrid")[0] + f"\npair_style {style}\npair_coeff {coeff}\nrun 0\nprint \"RESULT $(pe:%.17g)\"\n"
             alone[style.split()[0]] = result(run_lmp(lines, tempfile.mkdtemp(prefix="d3-alone-"), ranks=2))[0]
-        print(f"in.d3 at step 0: overlay {overlay} eV = model {model} + D3 {d3}; alone: model "
-              f"{alone['torch']:.8f}, D3 {alone['dispersion/d3']:.8f}")
-        self.assertLess(abs(alone["torch"] + alone["dispersion/d3"] - overlay), 1e-4)   # thermo prints 8 digits
-        self.assertLess(abs(alone["torch"] - model), 1e-4)
-        self.assertLess(abs(alone["dispersion/d3"] - d3), 1e-4)
+        print(f"in.d3 at step 0: overlay {overlay} eV = model {model} + D3 {d3}; the styles alone: "
+              f"sum {rel(alone['torch'] + alone['dispersion/d3'], overlay):.2g}, model "
+              f"{rel(alone['torch'], model):.2g}, D3 {rel(alone['dispersion/d3'], d3):.2g} relative")
+        self.assertLess(rel(alone["torch"] + alone["dispersion/d3"], overlay), 1e-13)
+        self.assertLess(rel(alone["torch"], model), 1e-13)
+        self.assertLess(rel(alone["dispersion/d3"], d3), 1e-13)
         self.assertLess(d3, -60.0)
 
     # --- fix torch/finetune under the multi-partition commands -------------
@@ -234,6 +250,20 @@ class Workflows(unittest.TestCase):
         n = self.replicas_trained_alike(work, 2, 40)
         print(f"fix torch/finetune under fix pimd/langevin, 2 beads: {n:.0f} updates, the beads' "
               f"parameters equal after each (check 1)")
+
+    def test_finetune_after_pimd_is_refused(self):
+        """The fix acts on Cartesian forces: after fix pimd/langevin (normal-mode
+        forces) it would be wrong, and the run stops with an ERROR."""
+        work = tempfile.mkdtemp(prefix="pimd-order-")
+        script = example("in.pimd", model=STUDENT).replace("uloop 4", "uloop 2").replace(
+            "timestep        0.0005", "timestep        0.0005\n" + self.finetune_line(work))
+        with self.assertRaises(AssertionError):
+            run_lmp(script, work, ranks=2, partitions=2)
+        # an ERROR in a partition ends the universe; its text is in the partitions' logs
+        for p in range(2):
+            self.assertIn("ERROR: Fix torch/finetune must be defined before fix pimd (pimd/langevin), "
+                          "which transforms the forces in its post_force",
+                          read(os.path.join(work, f"log.lammps.{p}")))
 
     def test_finetune_temperatures_are_replicas(self):
         """Under temper each temperature's partition is a replica."""
