@@ -22,7 +22,7 @@ struct FinetuneSettings;
 namespace LAMMPS_NS {
 
 // the training keywords fix torch/finetune and torch/train share (weights,
-// lr, optimizer, weight_decay, momentum, schedule, clip, train, freeze,
+// lr, optimizer, weight_decay, anchor, momentum, schedule, clip, train, freeze,
 // energy_shift) into `s`: the index after the keyword at arg[iarg] and its
 // values, or `iarg` when it is none of them; `who` begins the ERRORs, and
 // `is_keyword` ends the prefix lists of train and freeze

@@ -74,6 +74,11 @@ int LAMMPS_NS::parse_training_keyword(LAMMPS *lmp, const std::string &who, int n
     s.opt.weight_decay = number(iarg + 1, "weight_decay");
     if (s.opt.weight_decay < 0) error->all(FLERR, "{} weight_decay must be >= 0", who);
     iarg += 2;
+  } else if (kw == "anchor") {
+    s.opt.anchor = number(iarg + 1, "anchor");
+    if (!(s.opt.anchor >= 0.0) || !std::isfinite(s.opt.anchor))
+      error->all(FLERR, "{} anchor {} must be >= 0", who, arg[iarg + 1]);
+    iarg += 2;
   } else if (kw == "momentum") {
     s.opt.momentum = number(iarg + 1, "momentum");
     if (s.opt.momentum < 0 || s.opt.momentum >= 1)
@@ -147,7 +152,7 @@ void FixTorchFinetune::parse_settings(LAMMPS *lmp, int narg, char **arg,
     return utils::inumeric(FLERR, arg[i], false, lmp);
   };
   static const std::vector<std::string> keywords{
-      "teacher", "weights", "lr", "optimizer", "weight_decay", "momentum", "schedule", "clip",
+      "teacher", "weights", "lr", "optimizer", "weight_decay", "anchor", "momentum", "schedule", "clip",
       "accumulate", "max_force_error", "rollback", "save", "log", "check", "train", "freeze",
       "replay", "replay_memory", "uncertainty", "teacher_timeout", "energy_shift", "labels", "dataset", "dataset_weight", "dataset_seed",
       "dataset_memory"};

@@ -109,7 +109,7 @@ void TorchTrain::command(int narg, char **arg)
   set.log_every = 0;
   static const std::vector<std::string> keywords{
       "epochs", "batch", "seed", "drop_last", "valid", "save", "checkpoint", "resume", "log",
-      "memory", "weights", "lr", "optimizer", "weight_decay", "momentum", "schedule", "clip",
+      "memory", "weights", "lr", "optimizer", "weight_decay", "anchor", "momentum", "schedule", "clip",
       "train", "freeze", "energy_shift"};
   auto is_keyword = [&](const char *w) {
     return std::find(keywords.begin(), keywords.end(), w) != keywords.end();

@@ -138,6 +138,9 @@ TEST(Settings, FingerprintSeesWhatReplicasMustShare)
   b = a;
   b.gate_high = 0.3;
   EXPECT_NE(a.fingerprint(), b.fingerprint());
+  b = a;
+  b.opt.anchor = 10.0;
+  EXPECT_NE(a.fingerprint(), b.fingerprint());
   // the teacher and the log interval are not part of it
   b = a;
   b.log_every = 7;

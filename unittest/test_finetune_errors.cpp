@@ -280,6 +280,8 @@ TEST_F(FinetuneErrors, BadKeywords)
                "fix ft all torch/finetune 1 " + teacher() + " speed 2");
   EXPECT_ERROR("training interval N = 0 must be >= 1", "fix ft all torch/finetune 0 " + teacher());
   EXPECT_ERROR("schedule cosine needs", "fix ft all torch/finetune 1 " + teacher() + " schedule cosine 0 0");
+  EXPECT_ERROR("Fix torch/finetune anchor -1 must be >= 0",
+               "fix ft all torch/finetune 1 " + teacher() + " anchor -1");
 }
 
 TEST_F(FinetuneErrors, ModelReloadedAfterFix)
@@ -369,6 +371,20 @@ TEST_F(FinetuneErrors, RestartWithOtherModel)
   EXPECT_ERROR("restart file was written while training a model with file hash",
                "read_restart " + file, "pair_style torch", "pair_coeff * * " + student + " Si",
                "fix ft all torch/finetune 1 " + teacher());
+  std::remove(file.c_str());
+}
+
+// a restart written without anchor has no theta0 for a fix with one
+TEST_F(FinetuneErrors, RestartWithoutAnchorForAnchoredFix)
+{
+  if (me != 0) GTEST_SKIP();
+  const std::string file = ::testing::TempDir() + "/anchor.restart";
+  base();
+  l->cmds({"fix ft all torch/finetune 1 " + teacher() + " log 0", "run 1 post no", "write_restart " + file});
+  l = std::make_unique<Lammps>(MPI_COMM_SELF);
+  EXPECT_ERROR("the saved optimizer state has no anchor parameters: it was written by a run without anchor",
+               "read_restart " + file, "pair_style torch", "pair_coeff * * " + potentials + "/si_local.pt Si",
+               "fix ft all torch/finetune 1 " + teacher() + " anchor 10");
   std::remove(file.c_str());
 }
 

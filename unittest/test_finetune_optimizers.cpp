@@ -50,7 +50,7 @@ namespace {
 struct Update {
   std::vector<std::vector<double>> before, after;    // per member
   std::vector<double> grad;                          // all members, model order
-  double lr, gnorm;
+  double lr, gnorm, anchor;    // outputs 6, 5 and 18
 };
 
 // `n` updates of fix torch/finetune `args` (every step), one run each
@@ -81,6 +81,7 @@ std::vector<Update> updates_of(const std::string &args, int n, const std::string
     up.grad = l.fix()->last_gradient();
     up.lr = l.fix()->compute_vector(5);
     up.gnorm = l.fix()->compute_vector(4);
+    up.anchor = l.fix()->compute_vector(17);
     EXPECT_EQ(l.fix()->updates(), k + 1);
     u.push_back(std::move(up));
   }
@@ -181,6 +182,37 @@ TEST(Optimizers, AdamAndAdamWFollowTheirFormulas)
     }
   }
   std::printf("[ optim    ] adam, adamw with weight decay: step vs formula %.1e\n", worst_step_error);
+}
+
+// anchor L (L2-SP): the loss gains (L/2) |theta - theta0|^2, theta0 the
+// parameters the fix started from, so each step's gradient gains
+// L (theta - theta0); output 18 is the term after the update
+TEST(Optimizers, AnchorPullsTowardTheStart)
+{
+  if (nprocs > 1) GTEST_SKIP() << "one process";
+  worst_step_error = 0.0;
+  const double lr = 1e-3, anchor = 200.0;
+  const auto ups = updates_of("optimizer sgd lr 1e-3 anchor 200", 4);
+  const auto &start = ups[0].before[0];
+  double worst_term = 0.0;
+  for (int u = 0; u < 4; ++u) {
+    const auto &up = ups[u];
+    const double e = step_error(up, [&](std::size_t k, double p) {
+      return -lr * (up.grad[k] + anchor * (p - start[k]));
+    });
+    EXPECT_LE(e, 1e-14) << "update " << u;
+    double sum = 0.0;
+    for (std::size_t k = 0; k < start.size(); ++k) sum += (up.after[0][k] - start[k]) * (up.after[0][k] - start[k]);
+    const double term = 0.5 * anchor * sum;
+    EXPECT_GT(term, 0.0);
+    EXPECT_NEAR(up.anchor, term, 1e-12 * term) << "output 18 after update " << u;
+    worst_term = std::max(worst_term, std::fabs(up.anchor - term) / term);
+  }
+  const double worst = worst_step_error;
+  // without the pull the later steps are another trajectory
+  EXPECT_GT(step_error(ups[2], [&](std::size_t k, double) { return -lr * ups[2].grad[k]; }), 0.1);
+  std::printf("[ optim    ] anchor (L2-SP) with sgd: step vs formula %.1e, output 18 vs "
+              "(L/2)|theta - theta0|^2 %.1e\n", worst, worst_term);
 }
 
 TEST(Optimizers, ClipScalesEachMemberByItsOwnNorm)

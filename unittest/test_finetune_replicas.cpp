@@ -62,6 +62,30 @@ TEST(Replicas, BitwiseIdenticalAfterEveryUpdate)
                 in_fix, 100.0 * in_reduce / in_fix);
 }
 
+// the anchor term (L2-SP) adds its gradient on each replica after the
+// reduction: the replicas stay bitwise identical
+TEST(Replicas, AnchorKeepsThemIdentical)
+{
+  if (nprocs < 2) GTEST_SKIP() << "needs >= 2 MPI ranks";
+  Lammps l(MPI_COMM_WORLD, partitions());
+  int world = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world);    // one rank per partition
+  l.cmds(silicon(2, 700 + world, "ortho"));
+  l.cmds({"velocity all create 900 4928 loop geom", "pair_style torch", "pair_coeff * * " + student + " Si",
+          "fix ft all torch/finetune 1 " + teacher() + " weights 1.0 10.0 0.1 lr 2e-3 anchor 20 log 0 check 1",
+          "fix md all nve", "run 50 post no"});
+  EXPECT_EQ(l.fix()->checksums_compared(), 50);
+  const double term = l.fix()->compute_vector(17);
+  EXPECT_GT(term, 0.0);
+  const std::string mine = MLTorch::content_hash(l.fix()->model()->state_bytes());
+  std::vector<char> all(17 * nprocs);
+  MPI_Allgather(mine.c_str(), 17, MPI_CHAR, all.data(), 17, MPI_CHAR, MPI_COMM_WORLD);
+  for (int r = 0; r < nprocs; ++r) EXPECT_EQ(std::string(all.data() + 17 * r), mine) << "rank " << r;
+  if (me == 0)
+    std::printf("[ replicas ] anchor 20, %d partitions, 50 updates: anchor term %.3g, parameter hash %s\n",
+                nprocs, term, mine.c_str());
+}
+
 /* ----------------------------------------------------------------------
    3. DDP equivalence: N replicas with one configuration each == one
    replica accumulating the same N configurations

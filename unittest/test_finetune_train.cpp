@@ -288,7 +288,7 @@ static void restart_continues_exactly(const std::string &model_file, const std::
   const double pe_a = a.thermo("pe"), ke_a = a.thermo("ke");
   const auto updates_a = a.fix()->updates();
   std::vector<double> va;
-  for (int k = 0; k < 17; ++k)
+  for (int k = 0; k < 18; ++k)
     if (k != 11 && k != 12) va.push_back(a.fix()->compute_vector(k));
 
   decltype(a.fix()->updates()) updates_b1 = 0;
@@ -321,7 +321,7 @@ static void restart_continues_exactly(const std::string &model_file, const std::
   b2.cmd("run 100 post no");
   const auto pb = b2.params();
   std::vector<double> vb;
-  for (int k = 0; k < 17; ++k)
+  for (int k = 0; k < 18; ++k)
     if (k != 11 && k != 12) vb.push_back(b2.fix()->compute_vector(k));
   // the last committee member too (the same as the first for one model)
   const auto as_doubles = [](const std::string &bytes) {
@@ -363,6 +363,14 @@ TEST(Restart, ContinuesExactly)
 // rollbacks firing on both sides of the restart (a learning rate far too
 // large): the running loss average, the last good parameters and their
 // optimizer state are in the restart record
+TEST(Restart, AnchorContinuesExactly)
+{
+  // L2-SP: theta0 (the parameters the fix started from) comes through the
+  // restart; output 18, the anchor term, is compared with the others
+  if (nprocs > 1) GTEST_SKIP() << "runs on one rank";
+  restart_continues_exactly(student, " anchor 50");
+}
+
 TEST(Restart, RollbackStateContinuesExactly)
 {
   if (nprocs > 1) GTEST_SKIP() << "runs on one rank";

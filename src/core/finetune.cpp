@@ -31,7 +31,7 @@ std::string FinetuneSettings::fingerprint() const
   s << "uncertainty " << (gated ? 1 : 0) << ' ' << num(gate_low) << ' ' << num(gate_high)
     << " | N " << nevery << " accumulate " << accumulate << " replay " << replay_mix << " check "
     << check_every << " save " << save_every << ' ' << (save_file.empty() ? 0 : 1) << " | "
-    << opt.kind << " lr " << num(opt.lr) << " wd " << num(opt.weight_decay) << " momentum "
+    << opt.kind << " lr " << num(opt.lr) << " wd " << num(opt.weight_decay) << " anchor " << num(opt.anchor) << " momentum "
     << num(opt.momentum) << " schedule " << schedule.kind << ' ' << num(schedule.a) << ' '
     << num(schedule.b) << " clip " << num(clip) << " max_force_error " << num(max_force_error)
     << " rollback " << num(rollback_factor) << " weights " << num(w_energy) << ' ' << num(w_force)

@@ -76,6 +76,13 @@ std::vector<double> TrainingState::step(const std::vector<double> &grad, double 
   return norms;
 }
 
+double TrainingState::anchor_term() const
+{
+  double sum = 0.0;
+  for (const auto &t : trainers) sum += t->anchor_term();
+  return sum;
+}
+
 void TrainingState::keep_good()
 {
   good_params = parameters();

@@ -23,6 +23,9 @@ struct OptimizerSettings {
   double weight_decay = 0.0;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;    // adam, adamw
   double momentum = 0.0;                             // sgd
+  // L2-SP: (anchor / 2) |theta - theta0|^2 added to the loss, theta0 the
+  // trainable parameters when the optimizer was made (0: none)
+  double anchor = 0.0;
 };
 
 class ModelOptimizer {
@@ -39,6 +42,8 @@ class ModelOptimizer {
   // clipping. The model's parameters change in place: the pair style that
   // shares the model uses them on its next force call.
   double step(const std::vector<double> &grad, double lr, double max_norm);
+  // (anchor / 2) |theta - theta0|^2 of the current parameters (0 without anchor)
+  double anchor_term() const;
   // optimizer state (moments, step counts) for restart files
   std::string state() const;
   void load_state(const std::string &bytes);

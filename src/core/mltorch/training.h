@@ -45,6 +45,8 @@ class TrainingState {
   // averaged), each clipped to max_norm (<= 0: no clipping) by its own
   // 2-norm; returns the norms before clipping
   std::vector<double> step(const std::vector<double> &grad, double lr, double max_norm);
+  // the members' anchor terms (OptimizerSettings::anchor), summed
+  double anchor_term() const;
 
   // rollback: remember the current state as good, or return to it
   void keep_good();
