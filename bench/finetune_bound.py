@@ -271,7 +271,7 @@ def main():
     args = ap.parse_args()
     if not os.path.exists(original):
         os.makedirs(os.path.dirname(original), exist_ok=True)
-        tmp = original + f".tmp.{os.getpid()}"
+        tmp = original.replace(".pt", f".tmp{os.getpid()}.pt")    # the importer writes by extension
         subprocess.run([os.path.join(root, ".venv", "bin", "mltorch-import"), "sevenn", "7net-0", "--elements",
                         "Si", "-o", tmp], check=True)
         os.replace(tmp, original)
