@@ -24,6 +24,16 @@ class FinetuneErrors : public ::testing::Test {
     if (!model.empty()) l->cmds({"pair_style torch", "pair_coeff * * " + model + " Si"});
   }
   std::string error_of(const std::vector<std::string> &lines) { return l->error_of(lines); }
+  // a restart file `name` after one update of a plain fix on base(model);
+  // then a fresh instance to read it
+  std::string written_restart(const std::string &name, const std::string &model = potentials + "/si_local.pt")
+  {
+    const std::string file = ::testing::TempDir() + "/" + name;
+    base(model);
+    l->cmds({"fix ft all torch/finetune 1 " + teacher() + " log 0", "run 1 post no", "write_restart " + file});
+    l = std::make_unique<Lammps>(MPI_COMM_SELF);
+    return file;
+  }
   std::unique_ptr<Lammps> l;
 };
 
@@ -109,11 +119,7 @@ TEST_F(FinetuneErrors, UncertaintyWindow)
 TEST_F(FinetuneErrors, RestartWithOtherCommittee)
 {
   if (me != 0) GTEST_SKIP();
-  const std::string file = ::testing::TempDir() + "/committee.restart";
-  base(committee_files());
-  l->cmds({"fix ft all torch/finetune 1 " + teacher() + " log 0", "run 1 post no",
-           "write_restart " + file});
-  l = std::make_unique<Lammps>(MPI_COMM_SELF);
+  const std::string file = written_restart("committee.restart", committee_files());
   EXPECT_ERROR("was written while training a committee of 2 model(s)", "read_restart " + file,
                "pair_style torch", "pair_coeff * * " + potentials + "/si_local.pt Si",
                "fix ft all torch/finetune 1 " + teacher() + " log 0");
@@ -364,10 +370,7 @@ TEST_F(FinetuneErrors, RestartStateTooLarge)
 TEST_F(FinetuneErrors, RestartWithOtherModel)
 {
   if (me != 0) GTEST_SKIP();
-  const std::string file = ::testing::TempDir() + "/other.restart";
-  base();
-  l->cmds({"fix ft all torch/finetune 1 " + teacher() + " log 0", "run 1 post no", "write_restart " + file});
-  l = std::make_unique<Lammps>(MPI_COMM_SELF);
+  const std::string file = written_restart("other.restart");
   EXPECT_ERROR("restart file was written while training a model with file hash",
                "read_restart " + file, "pair_style torch", "pair_coeff * * " + student + " Si",
                "fix ft all torch/finetune 1 " + teacher());
@@ -378,10 +381,7 @@ TEST_F(FinetuneErrors, RestartWithOtherModel)
 TEST_F(FinetuneErrors, RestartWithoutAnchorForAnchoredFix)
 {
   if (me != 0) GTEST_SKIP();
-  const std::string file = ::testing::TempDir() + "/anchor.restart";
-  base();
-  l->cmds({"fix ft all torch/finetune 1 " + teacher() + " log 0", "run 1 post no", "write_restart " + file});
-  l = std::make_unique<Lammps>(MPI_COMM_SELF);
+  const std::string file = written_restart("anchor.restart");
   EXPECT_ERROR("the saved optimizer state has no anchor parameters: it was written by a run without anchor",
                "read_restart " + file, "pair_style torch", "pair_coeff * * " + potentials + "/si_local.pt Si",
                "fix ft all torch/finetune 1 " + teacher() + " anchor 10");

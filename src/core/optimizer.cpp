@@ -56,6 +56,7 @@ double ModelOptimizer::step(const std::vector<double> &grad, double lr, double m
     p.mutable_grad() = g;
     off += n;
   }
+  if (off != grad.size()) throw ModelError("ModelOptimizer::step(): gradient too long");
   // the anchor term's gradient, anchor (theta - theta0), on every replica
   // alike (it needs no reduction: the parameters are the replicas' own)
   if (impl->anchor > 0.0) {
@@ -63,7 +64,6 @@ double ModelOptimizer::step(const std::vector<double> &grad, double lr, double m
     for (std::size_t k = 0; k < impl->params.size(); ++k)
       impl->params[k].mutable_grad().add_(impl->params[k].detach() - impl->start[k], impl->anchor);
   }
-  if (off != grad.size()) throw ModelError("ModelOptimizer::step(): gradient too long");
   const double limit = max_norm > 0.0 ? max_norm : std::numeric_limits<double>::infinity();
   const double norm = torch::nn::utils::clip_grad_norm_(impl->params, limit);
   for (auto &group : impl->optimizer->param_groups()) group.options().set_lr(lr);
